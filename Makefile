@@ -1,0 +1,123 @@
+# fanout - see README.md.  `make run` and `make test` do everything.
+#
+# Build variants live side by side under build/<variant>/:
+#   plain  -O2, jemalloc (the shipped library)
+#   asan   AddressSanitizer + UndefinedBehaviorSanitizer, system malloc
+#   tsan   ThreadSanitizer, system malloc, TSan annotations compiled in
+# (sanitizers replace malloc, so their builds do not use jemalloc).
+
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+CC         ?= cc
+VERSION    := 0.1.0
+
+DEP_LIBS   := -lurcu-bp -lurcu-cds -lurcu-common -lck -lpthread
+BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -g -fPIC -fvisibility=hidden \
+	-Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
+	-Iinclude -Iqueue -Ilib
+EXTRA_CFLAGS ?=
+
+CFLAGS_plain := -O2 -DFANOUT_JEMALLOC
+LIBS_plain   := -ljemalloc
+CFLAGS_asan  := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
+	-fno-sanitize-recover=undefined
+LIBS_asan    := -fsanitize=address,undefined
+CFLAGS_tsan  := -O1 -fno-omit-frame-pointer -fsanitize=thread
+LIBS_tsan    := -fsanitize=thread
+
+LIB_SRC   := $(sort $(wildcard queue/*.c lib/*.c))
+LIB_HDR   := include/fanout.h $(wildcard queue/*.h lib/*.h)
+TEST_SRC  := $(sort $(wildcard tests/test_*.c))
+TEST_NAMES := $(patsubst tests/%.c,%,$(TEST_SRC))
+VARIANTS  := plain asan tsan
+
+# Per-test timeout (seconds) so a hang fails instead of eating CI's time.
+TEST_TIMEOUT ?= 300
+
+.PHONY: all run test deps clean install uninstall check-install bench \
+	$(addprefix test-,$(VARIANTS)) $(addprefix lib-,$(VARIANTS))
+
+all: build/plain/libfanout.a build/plain/libfanout.so
+
+deps:
+	@sh scripts/deps.sh
+
+# ------------------------------------------------------------------ library
+define variant_rules
+build/$(1)/obj/%.o: %.c $(LIB_HDR) | deps-ok
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(BASE_CFLAGS) $$(CFLAGS_$(1)) $$(EXTRA_CFLAGS) -c $$< -o $$@
+
+# One relocatable object, with every hidden (internal) symbol made local:
+# only the public fanout_* API stays global in the archive.
+build/$(1)/libfanout.a: $(patsubst %.c,build/$(1)/obj/%.o,$(LIB_SRC))
+	@mkdir -p $$(dir $$@)
+	ld -r -o build/$(1)/fanout-all.o $$^
+	objcopy --localize-hidden build/$(1)/fanout-all.o
+	rm -f $$@ && ar rcs $$@ build/$(1)/fanout-all.o
+
+lib-$(1): build/$(1)/libfanout.a
+
+build/$(1)/tests/%: tests/%.c tests/common.h build/$(1)/libfanout.a
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(BASE_CFLAGS) $$(CFLAGS_$(1)) $$(EXTRA_CFLAGS) $$< -o $$@ \
+		build/$(1)/libfanout.a -lcmocka $$(DEP_LIBS) $$(LIBS_$(1))
+
+test-$(1): $(addprefix build/$(1)/tests/,$(TEST_NAMES))
+	@sh scripts/run-tests.sh $(1) $(TEST_TIMEOUT) $$^
+endef
+$(foreach v,$(VARIANTS),$(eval $(call variant_rules,$(v))))
+
+build/plain/libfanout.so: $(patsubst %.c,build/plain/obj/%.o,$(LIB_SRC))
+	$(CC) -shared -Wl,-soname,libfanout.so.0 -o $@ $^ $(DEP_LIBS) -ljemalloc
+
+.PHONY: deps-ok
+deps-ok:
+	@sh scripts/deps.sh
+
+# -------------------------------------------------------------------- bench
+# bench/bench.mk defines `run` (the main job) and `bench` (longer sweeps).
+include bench/bench.mk
+# make models / torture / fuzz live beside their sources.
+-include tests/models/models.mk
+-include tests/extra.mk
+
+# --------------------------------------------------------------------- test
+test: deps
+	$(MAKE) --no-print-directory test-plain
+	$(MAKE) --no-print-directory check-install
+	$(MAKE) --no-print-directory test-asan
+	$(MAKE) --no-print-directory test-tsan
+	@echo "make test: all suites passed (plain, asan+ubsan, tsan, install)"
+
+# Install into a scratch DESTDIR and build a program against it through
+# pkg-config --static, as a user would.
+check-install: all
+	@sh scripts/check-install.sh
+
+# ------------------------------------------------------------------ install
+fanout.pc: fanout.pc.in Makefile
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' \
+	    -e 's|@LIBS_PRIVATE@|$(DEP_LIBS) -ljemalloc|' $< > $@
+
+install: all fanout.pc
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig
+	install -m 644 include/fanout.h $(DESTDIR)$(INCLUDEDIR)/fanout.h
+	install -m 644 build/plain/libfanout.a $(DESTDIR)$(LIBDIR)/libfanout.a
+	install -m 755 build/plain/libfanout.so \
+		$(DESTDIR)$(LIBDIR)/libfanout.so.$(VERSION)
+	ln -sf libfanout.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfanout.so.0
+	ln -sf libfanout.so.0 $(DESTDIR)$(LIBDIR)/libfanout.so
+	install -m 644 fanout.pc $(DESTDIR)$(LIBDIR)/pkgconfig/fanout.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(INCLUDEDIR)/fanout.h $(DESTDIR)$(LIBDIR)/libfanout.a \
+	      $(DESTDIR)$(LIBDIR)/libfanout.so $(DESTDIR)$(LIBDIR)/libfanout.so.0 \
+	      $(DESTDIR)$(LIBDIR)/libfanout.so.$(VERSION) \
+	      $(DESTDIR)$(LIBDIR)/pkgconfig/fanout.pc
+
+clean:
+	rm -rf build fanout.pc

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench-fanout.h - fanout-specific helpers shared by the scenario files.
+ */
+#ifndef BENCH_FANOUT_H
+#define BENCH_FANOUT_H
+
+#include "bench.h"
+#include <fanout.h>
+
+/* The child every fanout scenario runs: bench_child(arg), return 0. */
+int bench_fo_child(struct fanout_child *c, void *arg);
+
+/*
+ * bench_fo_check_event() - abort unless @ev is the complete, successful
+ * event of a delegation of @n children: nresults, status, per-status
+ * counts; with @full also every result's index, status and code.
+ */
+void bench_fo_check_event(const struct fanout_event *ev, unsigned n, bool full);
+
+/* fanout_create() with @workers workers and otherwise @base (or defaults). */
+struct fanout_engine *bench_fo_engine(unsigned workers,
+				      const struct fanout_config *base);
+
+/* Scenario entry points (each adds figures and prints its table). */
+void bench_orchestrator(void);
+void bench_fanout_latency_quick(void);
+void bench_records(void);
+void bench_allocs(void);
+void bench_open_loop(void);
+
+#endif /* BENCH_FANOUT_H */

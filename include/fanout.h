@@ -1,0 +1,652 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fanout.h - fan work out to pinned worker threads and join it again.
+ *
+ * CONTRACT
+ *
+ * A *delegation* is a batch of N child tasks handed over in one call. The
+ * children run in parallel on the engine's worker threads; when the last one
+ * has finished, exactly ONE completion event, carrying every child's result
+ * at its task index, is produced:
+ *   - fanout_dispatch():  background; the event goes to the batch's sink;
+ *   - fanout_run():       synchronous; the event is returned to the caller,
+ *                         who helps run its own children while it waits;
+ *   - fanout_delegate():  the orchestrator policy choosing one of the two.
+ *
+ * Errors.  Every call that can fail returns 0 (or a documented positive
+ * value) on success and a negative errno value on failure, as in the kernel
+ * and liburing.  A call that fails changes nothing: no record, no queue slot,
+ * no capacity credit, no memory is left behind, and no event will ever be
+ * produced for it.  fanout_strerror() says what to do about each code.
+ *
+ * Exactly once.  Every delegation that fanout_dispatch() accepted (returned
+ * 0) publishes exactly one event to its sink: when its children finish, when
+ * it is cancelled, and across fanout_shutdown().  Every child appears in that
+ * event exactly once, at results[index].
+ *
+ * Ownership.  Strings in a batch (goals, context, session_key) are copied;
+ * the caller's memory can be reused as soon as the call returns.  tasks[i].arg
+ * and batch->user are opaque and never touched.  An event belongs to whoever
+ * received it (fanout_poll, fanout_wait, fanout_run, fanout_delegate) until
+ * fanout_event_free(); it stays valid even after its record was pruned from
+ * the table or the engine was shut down, but not after fanout_destroy().
+ *
+ * Threads.  Any thread may call any function without registering anywhere
+ * first, including children running on the workers (nested delegation).
+ * The exceptions:
+ *   - fanout_destroy() must not race any other call on the same engine, and
+ *     fanout_shutdown()/fanout_destroy() must not be called from a child of
+ *     the same engine (they return -EDEADLK / do nothing in that case);
+ *   - one sink has one consumer at a time: a second thread calling
+ *     fanout_poll()/fanout_wait() on the same sink while the first is inside
+ *     gets -EBUSY instead of corrupting anything;
+ *   - fanout_sink_destroy() must not race calls on that sink.
+ *
+ *   may run concurrently with ...   dispatch run  cancel lookup list poll/wait
+ *   fanout_dispatch / run / delegate   yes    yes   yes    yes    yes   yes
+ *   fanout_cancel                      yes    yes   yes    yes    yes   yes
+ *   fanout_lookup / list / stats       yes    yes   yes    yes    yes   yes
+ *   fanout_poll / wait (same sink)     yes    yes   yes    yes    yes   -EBUSY
+ *   fanout_poll / wait (other sink)    yes    yes   yes    yes    yes   yes
+ *   fanout_shutdown                    yes(1) yes(1) yes   yes    yes   yes
+ *   fanout_destroy                     no     no    no     no     no    no
+ *   (1) the racing call either is accepted (and its event is delivered before
+ *       fanout_shutdown returns) or fails with -ESHUTDOWN.
+ *
+ * What may block.  Only fanout_run (and fanout_delegate when it runs inline),
+ * fanout_wait, fanout_shutdown and fanout_destroy block.  Everything else is
+ * non-blocking: dispatch, cancel, lookup, list, poll and stats take no lock
+ * and never sleep.  Blocked threads sleep on a futex.
+ *
+ * Memory ordering.  Publishing an event is a release: everything a child
+ * wrote before returning (including memory reachable from its arg) is visible
+ * to whoever receives the event (fanout_poll/wait/run acquire).  A successful
+ * fanout_dispatch() happens-before the first instruction of each child.
+ */
+#ifndef FANOUT_H
+#define FANOUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define FANOUT_API __attribute__((visibility("default")))
+#else
+#define FANOUT_API
+#endif
+
+#define FANOUT_VERSION_MAJOR 0
+#define FANOUT_VERSION_MINOR 1
+#define FANOUT_VERSION_PATCH 0
+
+/**
+ * typedef fanout_id - names one delegation; never 0.
+ *
+ * Printed as "deleg_%016llx" (see FANOUT_ID_FMT).  Ids are unique within an
+ * engine for its whole lifetime.
+ */
+typedef uint64_t fanout_id;
+#define FANOUT_ID_FMT "deleg_%016llx"
+
+struct fanout_engine;
+struct fanout_sink;
+struct fanout_child;
+
+/**
+ * enum fanout_status - state of a child, a delegation or an event.
+ * @FANOUT_PENDING:     (child, in listings) not started yet.
+ * @FANOUT_RUNNING:     (delegation, in listings) children still running.
+ * @FANOUT_COMPLETED:   child returned 0; event: at least one child completed.
+ * @FANOUT_ERROR:       child returned a negative errno other than
+ *                      -ECANCELED (or a positive value); event: no child
+ *                      completed and not all were interrupted.
+ * @FANOUT_INTERRUPTED: child returned -ECANCELED, or never started because
+ *                      the delegation was cancelled; event: every child was
+ *                      interrupted.
+ */
+enum fanout_status {
+	FANOUT_PENDING = 0,
+	FANOUT_RUNNING = 1,
+	FANOUT_COMPLETED = 2,
+	FANOUT_ERROR = 3,
+	FANOUT_INTERRUPTED = 4,
+};
+
+/**
+ * fanout_status_name() - "pending", "running", "completed", "error",
+ * "interrupted"; "unknown" for anything else.  Never NULL.
+ */
+FANOUT_API const char *fanout_status_name(enum fanout_status st);
+
+/* Flags for fanout_config.flags. */
+#define FANOUT_NO_PIN 0x1u /* leave worker threads unpinned */
+
+/**
+ * struct fanout_config - engine configuration; a zeroed field = its default.
+ * @workers:        worker threads (default: CPUs this process may run on;
+ *                  at most 1024).
+ * @flags:          FANOUT_NO_PIN, or 0 (workers pinned one per CPU).
+ * @queue_slots:    work ring size, rounded up to a power of two (default:
+ *                  enough that max_async background delegations always
+ *                  fit; if you set it smaller, dispatch returns -EBUSY
+ *                  when the ring has no room rather than overflowing it).
+ * @max_async:      background delegations running at once (default 256).
+ *                  One slot per delegation, however many children.
+ * @max_children:   children of one delegation running at once (default 64).
+ * @max_tasks:      children per delegation (default 65536, at most 1<<24).
+ * @max_depth:      deepest child depth (default 2, at most 64).  Children
+ *                  of a top-level delegation have depth 1.
+ * @keep_completed: finished records kept for lookup/list (default 1024).
+ * @spin_ns:        how long an idle thread spins before it parks on a futex
+ *                  (default 50000 ns; at most 1 s).  Set to 1 to park almost
+ *                  at once.
+ */
+struct fanout_config {
+	unsigned workers;
+	unsigned flags;
+	unsigned queue_slots;
+	unsigned max_async;
+	unsigned max_children;
+	unsigned max_tasks;
+	unsigned max_depth;
+	unsigned keep_completed;
+	uint64_t spin_ns;
+};
+
+/**
+ * typedef fanout_fn - a child task.
+ * @c:   the running child; valid only during this call.
+ * @arg: fanout_task.arg.
+ *
+ * Return: 0 = completed; -ECANCELED = interrupted (return it after seeing
+ * fanout_interrupted()); any other negative errno = error.  Positive values
+ * are reported as errors.
+ *
+ * Context: runs on a worker thread or, for fanout_run, possibly on the
+ * caller's thread.  It may call any fanout function, including a nested
+ * fanout_run() or fanout_delegate(); it must not call fanout_shutdown() or
+ * fanout_destroy() of its own engine.
+ */
+typedef int (*fanout_fn)(struct fanout_child *c, void *arg);
+
+/**
+ * struct fanout_task - one child of a batch.
+ * @goal: short description, copied; NULL is taken as "".
+ * @fn:   the work; must not be NULL.
+ * @arg:  passed to @fn.
+ */
+struct fanout_task {
+	const char *goal;
+	fanout_fn fn;
+	void *arg;
+};
+
+/**
+ * struct fanout_batch - what a delegation is made of.
+ * @tasks:       @ntasks children, 1 <= ntasks <= max_tasks.
+ * @ntasks:      number of children.
+ * @context:     free text carried into the event (copied; NULL = none).
+ * @session_key: routing key carried into the event (copied; NULL = none).
+ * @sink:        where the event goes (background only); NULL = the engine's
+ *               default sink.  Must belong to the same engine.
+ * @user:        opaque, carried into the event.
+ */
+struct fanout_batch {
+	const struct fanout_task *tasks;
+	unsigned ntasks;
+	const char *context;
+	const char *session_key;
+	struct fanout_sink *sink;
+	void *user;
+};
+
+/**
+ * struct fanout_result - one child's outcome, at results[index].
+ * @index:       task index, equal to its position in the array.
+ * @status:      FANOUT_COMPLETED, FANOUT_ERROR or FANOUT_INTERRUPTED.
+ * @goal:        the task's goal (copied at dispatch).
+ * @summary:     what the child set with fanout_set_summary(), or NULL.
+ * @error:       NULL when completed; else what the child set with
+ *               fanout_set_error(), or a description of @code.
+ * @duration_ns: wall time the child ran (0 if it never started).
+ * @cost:        sum of the child's fanout_add_cost() calls.
+ * @code:        the child's return value (0, or negative errno);
+ *               -ECANCELED for a child that never started.
+ */
+struct fanout_result {
+	unsigned index;
+	enum fanout_status status;
+	const char *goal;
+	const char *summary;
+	const char *error;
+	uint64_t duration_ns;
+	double cost;
+	int code;
+};
+
+/**
+ * struct fanout_event - the one completion of a delegation.
+ * @id:           the delegation.
+ * @status:       COMPLETED if any child completed; INTERRUPTED if every
+ *                child was interrupted; ERROR otherwise.
+ * @nresults:     equals the batch's ntasks.
+ * @results:      @nresults entries, in task order.
+ * @context:      the batch's context, or NULL.
+ * @session_key:  the batch's session_key, or NULL.
+ * @error:        NULL when COMPLETED; else a one-line reason.
+ * @user:         the batch's user pointer.
+ * @dispatched_ns, @completed_ns: CLOCK_MONOTONIC times (fanout_now_ns()).
+ * @cost:         sum of the children's costs.
+ * @ncompleted, @nerror, @ninterrupted: children per status.
+ * @cancelled:    fanout_cancel() or fanout_shutdown() cancelled it.
+ */
+struct fanout_event {
+	fanout_id id;
+	enum fanout_status status;
+	unsigned nresults;
+	const struct fanout_result *results;
+	const char *context;
+	const char *session_key;
+	const char *error;
+	void *user;
+	uint64_t dispatched_ns;
+	uint64_t completed_ns;
+	double cost;
+	unsigned ncompleted;
+	unsigned nerror;
+	unsigned ninterrupted;
+	bool cancelled;
+};
+
+/**
+ * struct fanout_info - a snapshot of one delegation record.
+ * @id, @ntasks:  as dispatched.
+ * @status:       FANOUT_RUNNING until the event is published, then the
+ *                event's status.
+ * @ndone:        children finished so far (including those cancelled).
+ * @dispatched_ns, @completed_ns: times; completed_ns is 0 while running.
+ * @cost:         sum of finished children's costs.
+ * @depth:        depth of its children (1 for a top-level delegation).
+ * @background:   true for fanout_dispatch, false for fanout_run.
+ * @cancelled:    fanout_cancel() or shutdown asked it to stop.
+ * @user:         the batch's user pointer.
+ */
+struct fanout_info {
+	fanout_id id;
+	enum fanout_status status;
+	unsigned ntasks;
+	unsigned ndone;
+	uint64_t dispatched_ns;
+	uint64_t completed_ns;
+	double cost;
+	unsigned depth;
+	bool background;
+	bool cancelled;
+	void *user;
+};
+
+#define FANOUT_STATS_MAX_WORKERS 64
+
+/**
+ * struct fanout_worker_stats - counters of one worker thread.
+ * @children_run: children this worker ran.
+ * @parks:        times it slept on its futex after spinning spin_ns.
+ * @wakeups:      times it was woken from that sleep.
+ * @cpu:          the CPU it is pinned to, or -1.
+ */
+struct fanout_worker_stats {
+	uint64_t children_run;
+	uint64_t parks;
+	uint64_t wakeups;
+	int cpu;
+};
+
+/**
+ * struct fanout_stats - engine counters since fanout_create().
+ * @dispatched:   background delegations accepted.
+ * @runs:         synchronous delegations (fanout_run, inline delegate).
+ * @completed:    events published (background) or returned (sync).
+ * @rejected:     calls refused (-EBUSY, -ELOOP, -E2BIG, -EINVAL, ...).
+ * @cancelled:    delegations cancelled.
+ * @children_run: children run, by workers and by helping callers.
+ * @children_skipped: children never started because of a cancel.
+ * @parks, @wakeups: sums over workers.
+ * @running:      delegations not yet finished, now.
+ * @async_running: background ones among them (compare with max_async).
+ * @nworkers:     worker threads; @worker holds the first
+ *                FANOUT_STATS_MAX_WORKERS of them.
+ */
+struct fanout_stats {
+	uint64_t dispatched;
+	uint64_t runs;
+	uint64_t completed;
+	uint64_t rejected;
+	uint64_t cancelled;
+	uint64_t children_run;
+	uint64_t children_skipped;
+	uint64_t parks;
+	uint64_t wakeups;
+	unsigned running;
+	unsigned async_running;
+	unsigned nworkers;
+	struct fanout_worker_stats worker[FANOUT_STATS_MAX_WORKERS];
+};
+
+/* ---------------------------------------------------------------- engine */
+
+/**
+ * fanout_create() - start an engine and its worker threads.
+ * @cfg: configuration, or NULL for all defaults.
+ * @out: receives the engine.
+ *
+ * Return: 0; -EINVAL for NULL @out, unknown flags or an out-of-range field
+ * (nothing is created); -ENOMEM; -EAGAIN when a thread or eventfd cannot be
+ * created (all threads already started are stopped again).
+ */
+FANOUT_API int fanout_create(const struct fanout_config *cfg,
+			     struct fanout_engine **out);
+
+/**
+ * fanout_shutdown() - stop accepting work, interrupt it, wait for the events.
+ * @e: the engine.
+ *
+ * New dispatch/run/delegate calls fail with -ESHUTDOWN from now on.  Every
+ * running delegation is cancelled as by FANOUT_CANCEL_INTERRUPT; the call
+ * returns when every accepted delegation has published its event (events
+ * stay in their sinks, to be polled) and the workers have exited.
+ * Idempotent.
+ *
+ * Context: blocks until running children return.  Not from a child of @e.
+ * Return: 0; -EINVAL for NULL; -EDEADLK when called from a child of @e.
+ */
+FANOUT_API int fanout_shutdown(struct fanout_engine *e);
+
+/**
+ * fanout_destroy() - fanout_shutdown(), then free everything.
+ * @e: the engine, or NULL (no-op).
+ *
+ * Frees all records, all sinks (default and created ones) and every event
+ * still waiting in them.  Events already taken by a consumer must have been
+ * freed with fanout_event_free() before; pointers into @e are invalid after.
+ * Called from a child of @e it does nothing (it would wait for itself).
+ */
+FANOUT_API void fanout_destroy(struct fanout_engine *e);
+
+/**
+ * fanout_dispatch() - start a background delegation.
+ * @e:     engine.
+ * @batch: the children; see struct fanout_batch.
+ * @id:    receives the delegation's id (may be NULL).
+ *
+ * Returns at once.  Exactly one event is later published to batch->sink.
+ * Costs one allocation and one to min(ntasks, max_children, workers) ring
+ * operations, independent of ntasks beyond that.
+ *
+ * Return: 0; -EINVAL (NULL @e or @batch, NULL tasks, ntasks 0, a task
+ * without fn, a sink of another engine or being destroyed); -E2BIG (ntasks
+ * > max_tasks); -EBUSY (max_async background delegations running, or
+ * the work ring full); -ELOOP (children would be deeper than max_depth);
+ * -ENOMEM; -ESHUTDOWN.  On error nothing happened and no event will come.
+ * Memory ordering: full barrier on success; none on failure.
+ */
+FANOUT_API int fanout_dispatch(struct fanout_engine *e,
+			       const struct fanout_batch *batch, fanout_id *id);
+
+/**
+ * fanout_run() - run a delegation synchronously and return its event.
+ * @e:     engine.
+ * @batch: the children; batch->sink is ignored.
+ * @ev:    receives the event; free it with fanout_event_free().
+ *
+ * The caller claims and runs children of THIS batch itself while idle
+ * workers help; it never runs unrelated work, so a nested fanout_run()
+ * inside a child cannot deadlock, even with one worker.  max_async does not
+ * apply (the caller's thread is the capacity).
+ *
+ * Context: blocks until every child has finished.
+ * Return: 0 (the children's outcomes are in the event, not here); -EINVAL;
+ * -E2BIG; -ELOOP when called from a child at depth max_depth; -ENOMEM;
+ * -ESHUTDOWN.
+ */
+FANOUT_API int fanout_run(struct fanout_engine *e,
+			  const struct fanout_batch *batch,
+			  struct fanout_event **ev);
+
+/* fanout_delegate() outcomes (positive; errors are negative). */
+#define FANOUT_BACKGROUND 1  /* dispatched; *id set, event comes later */
+#define FANOUT_INLINE 2      /* ran synchronously inside a child; *ev set */
+#define FANOUT_INLINE_FULL 3 /* async pool full, ran synchronously; *ev set */
+
+/**
+ * fanout_delegate() - the orchestrator policy in one call.
+ * @e, @batch: as for fanout_dispatch().
+ * @id:    receives the id (always, for all three outcomes; may be NULL).
+ * @ev:    receives the event for the two inline outcomes; must not be NULL.
+ *
+ * At top level: background (fanout_dispatch).  Inside a child (depth > 0):
+ * synchronous (fanout_run), so the parent child gets its result before it
+ * returns.  At top level with the async pool full (-EBUSY): synchronous,
+ * and says so with FANOUT_INLINE_FULL - never a silent downgrade.
+ *
+ * Return: FANOUT_BACKGROUND, FANOUT_INLINE or FANOUT_INLINE_FULL; or the
+ * negative errno of fanout_dispatch()/fanout_run().
+ */
+FANOUT_API int fanout_delegate(struct fanout_engine *e,
+			       const struct fanout_batch *batch, fanout_id *id,
+			       struct fanout_event **ev);
+
+/* fanout_cancel() modes. */
+#define FANOUT_CANCEL_PENDING 0x1u   /* unstarted children are not run */
+#define FANOUT_CANCEL_INTERRUPT 0x2u /* + running ones see interrupted() */
+
+/**
+ * fanout_cancel() - stop a running delegation.
+ * @e:   engine.
+ * @id:  the delegation.
+ * @how: FANOUT_CANCEL_PENDING, or FANOUT_CANCEL_INTERRUPT (which implies
+ *       PENDING).
+ *
+ * Children not yet started are reported INTERRUPTED without being run.
+ * With FANOUT_CANCEL_INTERRUPT, fanout_interrupted() turns true for the
+ * running ones; what they report is up to them.  The event is still
+ * published exactly once, as soon as the running children return.
+ * Cancelling again (e.g. PENDING then INTERRUPT) is allowed.
+ *
+ * Context: never blocks.
+ * Return: 0; -EINVAL (NULL @e, id 0, bad @how); -ENOENT (unknown or pruned
+ * id); -EALREADY (already finished; nothing changes).
+ */
+FANOUT_API int fanout_cancel(struct fanout_engine *e, fanout_id id,
+			     unsigned how);
+
+/**
+ * fanout_lookup() - snapshot one record.
+ * @e, @id: engine and delegation.
+ * @info:   receives the snapshot.
+ *
+ * Finished records stay visible until at least keep_completed newer
+ * delegations have finished, and never vanish before their event was
+ * published.  Context: RCU read side; never blocks.
+ * Return: 0; -EINVAL (NULL argument, id 0); -ENOENT.
+ */
+FANOUT_API int fanout_lookup(struct fanout_engine *e, fanout_id id,
+			     struct fanout_info *info);
+
+/**
+ * fanout_list() - snapshot running and recently finished delegations.
+ * @e:     engine.
+ * @infos: array of @cap entries (may be NULL when @cap is 0).
+ * @cap:   its capacity.
+ * @n:     receives the number of records seen, which may exceed @cap
+ *         (only the first @cap are written; call again with a bigger array).
+ *
+ * Entries are sorted by dispatch time, newest first.  Context: RCU read
+ * side; never blocks.
+ * Return: 0; -EINVAL (NULL @e or @n, or NULL @infos with @cap > 0).
+ */
+FANOUT_API int fanout_list(struct fanout_engine *e, struct fanout_info *infos,
+			   size_t cap, size_t *n);
+
+/**
+ * fanout_stats() - read the counters.  Never blocks.
+ * Return: 0; -EINVAL for NULL.
+ */
+FANOUT_API int fanout_stats(struct fanout_engine *e, struct fanout_stats *st);
+
+/* ---------------------------------------------------------- inside a child */
+
+/**
+ * fanout_interrupted() - has the delegation been cancelled with
+ * FANOUT_CANCEL_INTERRUPT (or the engine shut down)?  Poll it in long
+ * children and return -ECANCELED.  Cost: one load.  NULL -> false.
+ */
+FANOUT_API bool fanout_interrupted(const struct fanout_child *c);
+
+/**
+ * fanout_set_summary() - set the child's summary (copied; replaces any
+ * earlier one).
+ * @c:   the running child.
+ * @s:   text, need not be NUL-terminated.
+ * @len: its length in bytes (at most 16 MiB).
+ * Return: 0; -EINVAL (NULL, or too long); -ENOMEM (summary unchanged).
+ */
+FANOUT_API int fanout_set_summary(struct fanout_child *c, const char *s,
+				  size_t len);
+
+/**
+ * fanout_set_error() - set the message reported if the child fails
+ * (copied, NUL-terminated, at most 16 MiB; replaces any earlier one).
+ * Return: 0; -EINVAL; -ENOMEM (message unchanged).
+ */
+FANOUT_API int fanout_set_error(struct fanout_child *c, const char *msg);
+
+/**
+ * fanout_add_cost() - add @x to the child's cost; summed into the event.
+ * Return: 0; -EINVAL for NULL @c or a NaN/negative/infinite @x.
+ */
+FANOUT_API int fanout_add_cost(struct fanout_child *c, double x);
+
+/** fanout_child_index() - the child's task index (0 for NULL). */
+FANOUT_API unsigned fanout_child_index(const struct fanout_child *c);
+
+/** fanout_child_depth() - 1 for children of a top-level delegation. */
+FANOUT_API unsigned fanout_child_depth(const struct fanout_child *c);
+
+/** fanout_child_id() - the id of the delegation the child belongs to. */
+FANOUT_API fanout_id fanout_child_id(const struct fanout_child *c);
+
+/**
+ * fanout_current_child() - the child running on this thread, or NULL.
+ * Lets code deep inside a child find its context (and its depth).
+ */
+FANOUT_API struct fanout_child *fanout_current_child(void);
+
+/* ------------------------------------------------------------------ sinks */
+
+/**
+ * fanout_sink_create() - a new event queue with its own eventfd.
+ * Return: 0; -EINVAL (NULL); -ENOMEM; -EMFILE/-ENFILE (no eventfd);
+ * -ESHUTDOWN.
+ */
+FANOUT_API int fanout_sink_create(struct fanout_engine *e,
+				  struct fanout_sink **out);
+
+/**
+ * fanout_sink_destroy() - free a sink and any events still queued in it.
+ * Return: 0; -EINVAL (NULL, or the engine's default sink, which
+ * fanout_destroy() frees); -EBUSY when accepted delegations will still
+ * publish to it (wait for or cancel them first; nothing is freed).
+ */
+FANOUT_API int fanout_sink_destroy(struct fanout_sink *s);
+
+/** fanout_default_sink() - the engine's own sink (NULL for NULL @e). */
+FANOUT_API struct fanout_sink *fanout_default_sink(struct fanout_engine *e);
+
+/**
+ * fanout_poll() - take the oldest waiting event without blocking.
+ * @s:  the sink.
+ * @ev: receives the event; free it with fanout_event_free().
+ *
+ * Memory ordering: acquire; pairs with the release that published it.
+ * Return: 0; -EAGAIN when empty; -EINVAL (NULL); -EBUSY when another thread
+ * is inside fanout_poll/fanout_wait on this sink.
+ */
+FANOUT_API int fanout_poll(struct fanout_sink *s, struct fanout_event **ev);
+
+/**
+ * fanout_wait() - take the oldest event, sleeping up to @timeout_ms for one.
+ * @timeout_ms: < 0 waits forever; 0 is fanout_poll().
+ *
+ * Spins up to the engine's spin_ns, then sleeps on a futex.
+ * Return: 0; -ETIMEDOUT; -EINVAL; -EBUSY (as fanout_poll).
+ */
+FANOUT_API int fanout_wait(struct fanout_sink *s, struct fanout_event **ev,
+			   int timeout_ms);
+
+/**
+ * fanout_sink_fd() - an eventfd that is readable while events wait.
+ *
+ * For epoll/poll loops: when it turns readable, call fanout_poll() until
+ * -EAGAIN; the fd may stay readable until a poll finds the sink empty (a
+ * spurious wakeup), but it is never unreadable while an event waits and no
+ * poll is in progress.  Do not read() it yourself.  Owned by the sink.
+ * Return: the fd; -EINVAL for NULL.
+ */
+FANOUT_API int fanout_sink_fd(struct fanout_sink *s);
+
+/**
+ * fanout_event_free() - release an event received from poll/wait/run/
+ * delegate.  NULL is a no-op.  Each event is freed exactly once.
+ */
+FANOUT_API void fanout_event_free(struct fanout_event *ev);
+
+/* ------------------------------------------------------------- formatting */
+
+/**
+ * fanout_format() - the consolidated text block of an event.
+ *
+ * A header line with the id and overall status, optional context and
+ * session lines, then per child "TASK i/n: goal (status=..., 12.3ms)"
+ * followed by its summary or error, indented.  i counts from 1.
+ *
+ * Return: as snprintf: the length the whole text needs (excluding the NUL);
+ * @buf gets as much as fits, always NUL-terminated when @len > 0.
+ * -EINVAL for NULL @ev, or NULL @buf with @len > 0.
+ */
+FANOUT_API int fanout_format(const struct fanout_event *ev, char *buf,
+			     size_t len);
+
+/**
+ * fanout_event_json() - the same event as one JSON object (UTF-8, strings
+ * escaped, no trailing newline).  Return: as fanout_format().
+ */
+FANOUT_API int fanout_event_json(const struct fanout_event *ev, char *buf,
+				 size_t len);
+
+/**
+ * fanout_strerror() - what an error from this library means and what to
+ * do about it.  Accepts negative (or positive) errno values; never NULL;
+ * static storage.
+ */
+FANOUT_API const char *fanout_strerror(int err);
+
+/**
+ * fanout_describe_error() - fanout_strerror() with the engine's figures,
+ * e.g. for -EBUSY how many delegations run and which limit to raise.
+ * Return: as snprintf; -EINVAL for NULL @e, or NULL @buf with @len > 0.
+ */
+FANOUT_API int fanout_describe_error(struct fanout_engine *e, int err,
+				     char *buf, size_t len);
+
+/** fanout_now_ns() - CLOCK_MONOTONIC in ns, the clock of all timestamps. */
+FANOUT_API uint64_t fanout_now_ns(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FANOUT_H */

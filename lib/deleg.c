@@ -1,0 +1,624 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * deleg.c - delegations: dispatch, run, delegate, cancel, and the join.
+ *
+ * WHY IT IS CORRECT
+ *
+ * Claim.  Child indices are handed out by one counter, `claim`.  A runner
+ * (a worker holding a ring token, or the fanout_run caller) takes index
+ * i = fetch_add(claim, 1) and runs child i iff i < ntasks.  A canceller takes
+ * every index not handed out yet with old = exchange(claim, ntasks) and owns
+ * [old, ntasks) when old < ntasks.  All of these are read-modify-writes of
+ * one location, so they are totally ordered: every index below ntasks is
+ * returned to exactly one of them, once.  Hence every child is either run
+ * once or reported interrupted once, never both, never neither.
+ * (tests/models/join_cancel.pml model-checks this, with a seeded
+ * load+store canceller that spin rejects.)
+ *
+ * Join.  `remaining` starts at ntasks.  The owner of an index writes that
+ * child's result slot and then subtracts one (the canceller subtracts the
+ * size of its range at once) with release ordering.  The subtraction that
+ * takes it to zero is the last: every slot was written before some release
+ * subtraction in the counter's modification order, and the zeroing thread's
+ * acquire (acq_rel) makes all of them visible.  Exactly one thread sees the
+ * counter go from k to 0, so exactly one thread finalises, and exactly one
+ * event is published.
+ *
+ * Lifetime.  `refs` = 1 (table) + 1 (event) + tokens.  A token's reference
+ * is dropped after its claim loop has stopped touching the record; the
+ * finaliser is always a token holder or a canceller inside an RCU read-side
+ * section, so the record outlives finalisation.  The table reference goes
+ * when the record is pruned (never before its event is published: pruning
+ * happens in the finaliser after publishing).  The last put frees through
+ * call_rcu, so lookups that found the record under rcu_read_lock still read
+ * valid memory.
+ *
+ * Capacity.  max_async is an admission counter: fetch_add, and undo on
+ * overflow; the finaliser gives the slot back BEFORE publishing, so a
+ * consumer that receives an event can immediately dispatch again.  Ring
+ * credits are reserved before anything is inserted, so an accepted batch
+ * never finds the ring full, and a refused one has changed nothing.
+ *
+ * Shutdown.  `active` counts unfinished records plus dispatch/run calls in
+ * progress.  A call adds 2 (itself and its record) before it reads
+ * `shutting`; fanout_shutdown stores `shutting` and then scans the table.
+ * After inserting, a dispatch issues a full fence and re-reads `shutting`
+ * and cancels its own record if set: with the fences on both sides (store;
+ * fence; scan / insert; fence; load), either the scan sees the record or
+ * the dispatch sees the flag, so no accepted delegation escapes the
+ * interrupt (tests/models/shutdown_drain.pml).  The call's own unit is
+ * dropped only after its last touch of the queue, so fanout_shutdown, which
+ * waits for active == 0 before stopping the queue, never stops it under a
+ * submit.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+static _Thread_local struct fanout_child *tls_child;
+
+struct fanout_child *fanout__current(void)
+{
+	return tls_child;
+}
+
+void fanout__set_current(struct fanout_child *c)
+{
+	tls_child = c;
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+static void rec_free_rcu(struct rcu_head *head)
+{
+	struct record *rec = caa_container_of(head, struct record, rcu);
+	unsigned i;
+
+	FQ_HANDOFF_ACQUIRE(&fanout__rcu_token);
+	FQ_HANDOFF_ACQUIRE(rec);
+	for (i = 0; i < rec->ntasks; i++) {
+		struct fanout_result *r = &rec->results[i];
+		/* Child-set strings carry their size in front (child.c). */
+		if (r->summary)
+			fanout__str_free(r->summary);
+		if (rec->owned[i] & OWN_ERROR)
+			fanout__str_free(r->error);
+	}
+	fanout__free(rec, rec->alloc_size);
+}
+
+void fanout__rec_put(struct record *rec, uint32_t n)
+{
+	/* release on the decrement, acquire before the free (refcount.h):
+	 * every access by every holder happens before the free. */
+	if (atomic_fetch_sub_explicit(&rec->refs, n, memory_order_acq_rel) == n) {
+		FQ_HANDOFF_RELEASE(rec);
+		call_rcu(&rec->rcu, rec_free_rcu);
+	}
+}
+
+void fanout__active_put(struct fanout_engine *e, uint32_t n)
+{
+	/* acq_rel: the shutdown waiter that sees 0 must see every record's
+	 * publication; pairs with the acquire load in fanout_shutdown(). */
+	if (atomic_fetch_sub_explicit(&e->active, n, memory_order_acq_rel) == n &&
+	    atomic_load_explicit(&e->shutting, memory_order_seq_cst))
+		fq_ec_signal(&e->drained, 1);
+}
+
+/* -------------------------------------------------------------- finalise */
+
+static const char *code_text(int code)
+{
+	const char *s;
+
+	if (code == -ECANCELED)
+		return "interrupted";
+	if (code > 0)
+		return "child returned a positive value (reported as an error)";
+	s = strerrordesc_np(-code);
+	return s ? s : "child failed with an unknown error";
+}
+
+void fanout__finalise(struct record *rec)
+{
+	struct fanout_engine *e = rec->e;
+	struct fanout_event *ev = &rec->ev;
+	uint32_t cancel = atomic_load_explicit(&rec->cancel, memory_order_relaxed);
+	unsigned i, nc = 0, ne = 0, ni = 0;
+	double cost = 0;
+
+	for (i = 0; i < rec->ntasks; i++) {
+		const struct fanout_result *r = &rec->results[i];
+
+		cost += r->cost;
+		if (r->status == FANOUT_COMPLETED)
+			nc++;
+		else if (r->status == FANOUT_INTERRUPTED)
+			ni++;
+		else
+			ne++;
+	}
+	ev->id = rec->id;
+	ev->nresults = rec->ntasks;
+	ev->results = rec->results;
+	ev->dispatched_ns = rec->dispatched_ns;
+	ev->completed_ns = fq_now_ns();
+	ev->cost = cost;
+	ev->ncompleted = nc;
+	ev->nerror = ne;
+	ev->ninterrupted = ni;
+	ev->cancelled = cancel != 0;
+	if (nc) {
+		ev->status = FANOUT_COMPLETED;
+		ev->error = NULL;
+	} else if (ni == rec->ntasks) {
+		ev->status = FANOUT_INTERRUPTED;
+		ev->error = cancel & CANCEL_SHUTDOWN ? "engine shut down" :
+			    cancel ? "cancelled" :
+				     "every child was interrupted";
+	} else {
+		ev->status = FANOUT_ERROR;
+		ev->error = "no child completed";
+	}
+	rec->finish_seq = atomic_fetch_add_explicit(&e->finish_seq, 1,
+						    memory_order_relaxed);
+	/* release: lookups that read FINISHED (acquire) see ev complete. */
+	atomic_store_explicit(&rec->state, REC_FINISHED, memory_order_release);
+	atomic_fetch_add_explicit(&e->st_completed, 1, memory_order_relaxed);
+
+	fanout__read_lock(); /* pruning deletes from the table */
+	if (rec->background) {
+		struct fanout_sink *s = rec->sink;
+
+		/* Give the capacity slot back before the event can be seen. */
+		atomic_fetch_sub_explicit(&e->async_running, 1,
+					  memory_order_release);
+		fanout__sink_publish(s, rec);
+	} else {
+		fq_done_signal(&rec->done_word);
+	}
+	fanout__table_retire(e, rec);
+	fanout__read_unlock();
+	fanout__active_put(e, 1);
+}
+
+/* ----------------------------------------------------------------- run */
+
+static void run_child(struct record *rec, unsigned i)
+{
+	struct task_slot *t = &rec->tasks[i];
+	struct fanout_result *r = &rec->results[i];
+	struct fanout_child c = { .rec = rec, .index = i, .res = r };
+	struct fanout_child *prev = tls_child;
+	struct fanout_engine *e = rec->e;
+	uint64_t t0;
+	int rc, self;
+
+	r->index = i;
+	r->goal = t->goal;
+	r->summary = NULL;
+	r->error = NULL;
+	r->cost = 0;
+	rec->owned[i] = 0;
+	tls_child = &c;
+	t0 = fq_now_ns();
+	rc = t->fn(&c, t->arg);
+	r->duration_ns = fq_now_ns() - t0;
+	tls_child = prev;
+	r->code = rc;
+	if (rc == 0) {
+		r->status = FANOUT_COMPLETED;
+		if (rec->owned[i] & OWN_ERROR) /* set, then completed anyway */
+			fanout__str_free(r->error);
+		rec->owned[i] = 0;
+		r->error = NULL;
+	} else {
+		r->status = rc == -ECANCELED ? FANOUT_INTERRUPTED : FANOUT_ERROR;
+		if (!r->error)
+			r->error = code_text(rc);
+	}
+	if (r->cost != 0) {
+		uint64_t old = atomic_load_explicit(&rec->cost_bits,
+						    memory_order_relaxed);
+		/* relaxed: a running sum for lookup only; the event's cost is
+		 * recomputed from the slots after the join's acquire. */
+		while (!atomic_compare_exchange_weak_explicit(
+			&rec->cost_bits, &old,
+			fanout__double_to_bits(fanout__bits_to_double(old) +
+					       r->cost),
+			memory_order_relaxed, memory_order_relaxed))
+			;
+	}
+	self = fq_self(e->q);
+	if (self >= 0) {
+		_Atomic uint64_t *cnt = &e->st_worker_children[self];
+		/* W: only this worker writes its slot. */
+		atomic_store_explicit(cnt,
+				      atomic_load_explicit(cnt, memory_order_relaxed) + 1,
+				      memory_order_relaxed);
+	} else {
+		atomic_fetch_add_explicit(&e->st_helper_children, 1,
+					  memory_order_relaxed);
+	}
+	/* acq_rel: release publishes this slot; the acquire makes the zeroing
+	 * thread see every other slot (the join argument above). */
+	if (atomic_fetch_sub_explicit(&rec->remaining, 1, memory_order_acq_rel) == 1)
+		fanout__finalise(rec);
+}
+
+/* The fq_work function: one ring token (or the fanout_run caller). */
+static void run_token(struct fq_work *w)
+{
+	struct record *rec = caa_container_of(w, struct record, work);
+	uint32_t n = rec->ntasks;
+
+	for (;;) {
+		uint32_t i;
+
+		/* relaxed: a hint only; the claim below decides. */
+		if (atomic_load_explicit(&rec->cancel, memory_order_relaxed))
+			break;
+		/* relaxed: ownership comes from the RMW's total order on
+		 * `claim`; the task slots were published by the ring handoff
+		 * (or are the caller's own writes). */
+		i = atomic_fetch_add_explicit(&rec->claim, 1, memory_order_relaxed);
+		if (i >= n)
+			break;
+		run_child(rec, i);
+	}
+	fanout__rec_put(rec, 1);
+}
+
+/* Claim every unstarted child for the canceller; see "Claim" above.
+ * Returns how many it took; the caller is inside an RCU read section. */
+unsigned fanout__claim_rest(struct record *rec)
+{
+	uint32_t n = rec->ntasks, old, i;
+
+	old = atomic_exchange_explicit(&rec->claim, n, memory_order_relaxed);
+	if (old >= n)
+		return 0;
+	for (i = old; i < n; i++) {
+		struct fanout_result *r = &rec->results[i];
+
+		r->index = i;
+		r->goal = rec->tasks[i].goal;
+		r->status = FANOUT_INTERRUPTED;
+		r->summary = NULL;
+		r->error = "cancelled before it started";
+		rec->owned[i] = 0;
+		r->duration_ns = 0;
+		r->cost = 0;
+		r->code = -ECANCELED;
+	}
+	atomic_fetch_add_explicit(&rec->e->st_skipped, n - old,
+				  memory_order_relaxed);
+	/* acq_rel: as in run_child, for the whole range at once. */
+	if (atomic_fetch_sub_explicit(&rec->remaining, n - old,
+				      memory_order_acq_rel) == n - old)
+		fanout__finalise(rec);
+	return n - old;
+}
+
+int fanout__cancel_rec(struct record *rec, unsigned how)
+{
+	uint32_t bits = how & FANOUT_CANCEL_INTERRUPT ?
+				FANOUT_CANCEL_PENDING | FANOUT_CANCEL_INTERRUPT :
+				FANOUT_CANCEL_PENDING;
+	uint32_t old;
+
+	bits |= how & CANCEL_SHUTDOWN;
+	/* acquire: pairs with the release store of FINISHED in finalise. */
+	if (atomic_load_explicit(&rec->state, memory_order_acquire) == REC_FINISHED)
+		return -EALREADY;
+	/* release: a child that sees the bit in fanout_interrupted() sees
+	 * everything the canceller did before. */
+	old = atomic_fetch_or_explicit(&rec->cancel, bits, memory_order_release);
+	if (!old)
+		atomic_fetch_add_explicit(&rec->e->st_cancelled, 1,
+					  memory_order_relaxed);
+	fanout__claim_rest(rec);
+	return 0;
+}
+
+/* ------------------------------------------------------------ admission */
+
+static uint64_t mix64(uint64_t x)
+{
+	/* A bijection (splitmix64's finaliser): distinct counters give
+	 * distinct, well-spread ids, which is also the hash table key. */
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	x ^= x >> 31;
+	return x;
+}
+
+static fanout_id new_id(struct fanout_engine *e)
+{
+	fanout_id id;
+
+	do {
+		/* relaxed: uniqueness needs only the RMW's atomicity. */
+		id = mix64(atomic_fetch_add_explicit(&e->next_id, 1,
+						     memory_order_relaxed));
+	} while (!id);
+	return id;
+}
+
+static int reject(struct fanout_engine *e, int err)
+{
+	atomic_fetch_add_explicit(&e->st_rejected, 1, memory_order_relaxed);
+	return err;
+}
+
+static int check_batch(struct fanout_engine *e, const struct fanout_batch *b,
+		       unsigned *depth)
+{
+	struct fanout_child *cur = tls_child;
+	unsigned i;
+
+	if (!b->tasks || !b->ntasks)
+		return -EINVAL;
+	if (b->ntasks > e->cfg.max_tasks)
+		return -E2BIG;
+	for (i = 0; i < b->ntasks; i++)
+		if (!b->tasks[i].fn)
+			return -EINVAL;
+	if (b->sink && b->sink->e != e)
+		return -EINVAL;
+	*depth = (cur ? cur->rec->depth : 0) + 1;
+	if (*depth > e->cfg.max_depth)
+		return -ELOOP;
+	return 0;
+}
+
+static size_t str_size(const char *s)
+{
+	return s ? strlen(s) + 1 : 0;
+}
+
+static char *copy_str(char **area, const char *s, size_t n)
+{
+	char *d = *area;
+
+	if (!s)
+		return NULL;
+	memcpy(d, s, n);
+	*area += n;
+	return d;
+}
+
+/* The one allocation of a delegation: record + results + tasks + strings. */
+static struct record *rec_alloc(struct fanout_engine *e,
+				const struct fanout_batch *b, unsigned depth,
+				bool background)
+{
+	unsigned n = b->ntasks, i;
+	size_t strings = str_size(b->context) + str_size(b->session_key);
+	size_t head = sizeof(struct record) + n * sizeof(struct fanout_result);
+	size_t size;
+	struct record *rec;
+	char *area;
+
+	for (i = 0; i < n; i++)
+		strings += b->tasks[i].goal ? strlen(b->tasks[i].goal) + 1 : 1;
+	head = (head + _Alignof(struct task_slot) - 1) &
+	       ~(_Alignof(struct task_slot) - 1);
+	size = head + n * sizeof(struct task_slot) + n + strings;
+	rec = fanout__alloc(size);
+	if (!rec)
+		return NULL;
+	memset(rec, 0, sizeof(*rec));
+	rec->e = e;
+	rec->alloc_size = size;
+	rec->ntasks = n;
+	rec->depth = depth;
+	rec->background = background;
+	rec->work.fn = run_token;
+	rec->tasks = (struct task_slot *)((char *)rec + head);
+	rec->owned = (uint8_t *)(rec->tasks + n);
+	area = (char *)rec->owned + n;
+	for (i = 0; i < n; i++) {
+		const char *g = b->tasks[i].goal ? b->tasks[i].goal : "";
+
+		rec->tasks[i].fn = b->tasks[i].fn;
+		rec->tasks[i].arg = b->tasks[i].arg;
+		rec->tasks[i].goal = copy_str(&area, g, strlen(g) + 1);
+	}
+	rec->ev.context = copy_str(&area, b->context, str_size(b->context));
+	rec->ev.session_key =
+		copy_str(&area, b->session_key, str_size(b->session_key));
+	rec->ev.user = b->user;
+	rec->ev.status = FANOUT_RUNNING;
+	atomic_init(&rec->claim, 0);
+	atomic_init(&rec->remaining, n);
+	atomic_init(&rec->cancel, 0);
+	atomic_init(&rec->state, REC_RUNNING);
+	atomic_init(&rec->done_word, 0);
+	atomic_init(&rec->cost_bits, 0);
+	cds_lfht_node_init(&rec->node);
+	cds_wfcq_node_init(&rec->qnode);
+	rec->id = new_id(e);
+	rec->dispatched_ns = fq_now_ns();
+	return rec;
+}
+
+/* Enter a dispatch/run call: count the call and its record in `active`
+ * (see "Shutdown" above). */
+static int enter(struct fanout_engine *e)
+{
+	/* seq_cst: the store-load pair against fanout_shutdown(). */
+	atomic_fetch_add_explicit(&e->active, 2, memory_order_seq_cst);
+	if (atomic_load_explicit(&e->shutting, memory_order_seq_cst)) {
+		fanout__active_put(e, 2);
+		return -ESHUTDOWN;
+	}
+	return 0;
+}
+
+/* After the insert: if shutdown began meanwhile, interrupt ourselves. */
+static void recheck_shutdown(struct fanout_engine *e, fanout_id id)
+{
+	struct record *rec;
+
+	/* seq_cst fence: insert; fence; load - pairs with the store; fence;
+	 * scan in fanout_shutdown(). */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!atomic_load_explicit(&e->shutting, memory_order_relaxed))
+		return;
+	fanout__read_lock();
+	rec = fanout__table_find(e, id);
+	if (rec)
+		fanout__cancel_rec(rec, FANOUT_CANCEL_INTERRUPT | CANCEL_SHUTDOWN);
+	fanout__read_unlock();
+}
+
+int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
+		    fanout_id *idp)
+{
+	struct fanout_sink *s;
+	struct record *rec;
+	unsigned depth, want, got;
+	fanout_id id;
+	int err;
+
+	if (!e || !b)
+		return e ? reject(e, -EINVAL) : -EINVAL;
+	err = check_batch(e, b, &depth);
+	if (err)
+		return reject(e, err);
+	err = enter(e);
+	if (err)
+		return reject(e, err);
+	/* Admission: one max_async slot per batch.  acquire: pairs with the
+	 * release decrement in finalise, so the slot's old owner is done. */
+	if (atomic_fetch_add_explicit(&e->async_running, 1, memory_order_acquire) >=
+	    e->cfg.max_async) {
+		err = -EBUSY;
+		goto out_async;
+	}
+	want = b->ntasks < e->max_tokens ? b->ntasks : e->max_tokens;
+	got = fq_reserve(e->q, want, 1);
+	if (!got) {
+		err = -EBUSY;
+		goto out_async;
+	}
+	rec = rec_alloc(e, b, depth, true);
+	if (!rec) {
+		err = -ENOMEM;
+		goto out_credits;
+	}
+	s = b->sink ? b->sink : e->default_sink;
+	rec->sink = s;
+	/* relaxed: destroy reads it only after quiescence (documented). */
+	atomic_fetch_add_explicit(&s->pending, 1, memory_order_relaxed);
+	atomic_init(&rec->refs, 2 + got);
+	id = rec->id;
+	atomic_fetch_add_explicit(&e->st_dispatched, 1, memory_order_relaxed);
+	fanout__read_lock();
+	fanout__table_insert(e, rec);
+	fanout__read_unlock();
+	fq_submit(e->q, &rec->work, got); /* rec may be gone after this */
+	recheck_shutdown(e, id);
+	fanout__active_put(e, 1); /* the call's unit; the record keeps one */
+	if (idp)
+		*idp = id;
+	return 0;
+
+out_credits:
+	fq_unreserve(e->q, got);
+out_async:
+	atomic_fetch_sub_explicit(&e->async_running, 1, memory_order_relaxed);
+	fanout__active_put(e, 2);
+	return reject(e, err);
+}
+
+int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
+	       struct fanout_event **evp)
+{
+	struct record *rec;
+	unsigned depth, want, extra;
+	int err;
+
+	if (!e || !b || !evp)
+		return e ? reject(e, -EINVAL) : -EINVAL;
+	err = check_batch(e, b, &depth);
+	if (err)
+		return reject(e, err);
+	err = enter(e);
+	if (err)
+		return reject(e, err);
+	rec = rec_alloc(e, b, depth, false);
+	if (!rec) {
+		fanout__active_put(e, 2);
+		return reject(e, -ENOMEM);
+	}
+	/* The caller is one runner; idle workers may add up to max_children
+	 * in all.  No credit is fine: the caller then runs everything. */
+	want = b->ntasks < e->cfg.max_children ? b->ntasks : e->cfg.max_children;
+	want = want > e->max_tokens ? e->max_tokens : want;
+	extra = want > 1 ? fq_reserve(e->q, want - 1, 0) : 0;
+	/* refs: table + event (returned to the caller) + caller + tokens. */
+	atomic_init(&rec->refs, 3 + extra);
+	atomic_fetch_add_explicit(&e->st_runs, 1, memory_order_relaxed);
+	fanout__read_lock();
+	fanout__table_insert(e, rec);
+	fanout__read_unlock();
+	recheck_shutdown(e, rec->id);
+	fq_help_wait(e->q, &rec->work, extra, &rec->done_word);
+	fanout__active_put(e, 1);
+	*evp = &rec->ev;
+	return 0;
+}
+
+int fanout_delegate(struct fanout_engine *e, const struct fanout_batch *b,
+		    fanout_id *idp, struct fanout_event **evp)
+{
+	fanout_id id = 0;
+	int err;
+
+	if (!e || !b || !evp)
+		return e ? reject(e, -EINVAL) : -EINVAL;
+	*evp = NULL;
+	if (!tls_child) {
+		err = fanout_dispatch(e, b, &id);
+		if (!err) {
+			if (idp)
+				*idp = id;
+			return FANOUT_BACKGROUND;
+		}
+		if (err != -EBUSY)
+			return err;
+		err = fanout_run(e, b, evp);
+		if (err)
+			return err;
+		if (idp)
+			*idp = (*evp)->id;
+		return FANOUT_INLINE_FULL;
+	}
+	err = fanout_run(e, b, evp);
+	if (err)
+		return err;
+	if (idp)
+		*idp = (*evp)->id;
+	return FANOUT_INLINE;
+}
+
+int fanout_cancel(struct fanout_engine *e, fanout_id id, unsigned how)
+{
+	struct record *rec;
+	int err;
+
+	if (!e || !id || !how ||
+	    (how & ~(FANOUT_CANCEL_PENDING | FANOUT_CANCEL_INTERRUPT)))
+		return -EINVAL;
+	fanout__read_lock();
+	rec = fanout__table_find(e, id);
+	err = rec ? fanout__cancel_rec(rec, how) : -ENOENT;
+	fanout__read_unlock();
+	return err;
+}

@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine.c - create, shutdown, destroy, stats.
+ *
+ * WHY IT IS CORRECT
+ *
+ * Create builds everything before starting anything that could observe it
+ * (the table, the sinks, the default sink, then the workers last), and
+ * unwinds in reverse on any failure, so a failed create leaves nothing.
+ *
+ * Shutdown is the other half of the "Shutdown" argument in deleg.c: store
+ * `shutting`; full fence; interrupt every record in the table; sleep on the
+ * `drained` eventcount until `active` is 0.  Each finaliser drops its unit
+ * of `active` after publishing and signals `drained` when it takes it to 0
+ * while `shutting` is set (store-load pair: either the finaliser sees
+ * `shutting` and signals, or shutdown's re-check after fq_ec_prepare sees
+ * active == 0).  Only then are the workers stopped: fq_stop drains the
+ * ring, whose leftover tokens find every child claimed and just drop their
+ * references.  A child cannot call shutdown of its own engine: it would
+ * wait for itself (-EDEADLK).
+ *
+ * Destroy runs after shutdown, so the engine is quiescent: it frees queued
+ * events and sinks, evicts the remaining records, waits for every pending
+ * call_rcu callback (rcu_barrier) and only then frees the queue and itself.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_WORKERS 1024u
+#define MAX_TASKS (1u << 24)
+#define MAX_DEPTH 64u
+#define MAX_SPIN_NS 1000000000ull
+#define MAX_SLOTS (1u << 24)
+#define MAX_ASYNC (1u << 20)
+#define MAX_KEEP (1u << 24)
+
+static unsigned cpu_count(void)
+{
+	cpu_set_t set;
+	long n;
+
+	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+		return (unsigned)CPU_COUNT(&set);
+	n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (unsigned)n : 1;
+}
+
+static unsigned pow2_at_least(unsigned long long v)
+{
+	unsigned p = 4;
+
+	while (p < v && p < MAX_SLOTS)
+		p <<= 1;
+	return p;
+}
+
+static int resolve(const struct fanout_config *in, struct fanout_config *c)
+{
+	struct fanout_config z = { 0 };
+
+	*c = in ? *in : z;
+	if ((c->flags & ~FANOUT_NO_PIN) || c->workers > MAX_WORKERS ||
+	    c->max_tasks > MAX_TASKS || c->max_depth > MAX_DEPTH ||
+	    c->spin_ns > MAX_SPIN_NS || c->queue_slots > MAX_SLOTS ||
+	    c->max_async > MAX_ASYNC || c->keep_completed > MAX_KEEP ||
+	    c->max_children > MAX_TASKS)
+		return -EINVAL;
+	if (!c->workers)
+		c->workers = cpu_count();
+	if (!c->max_async)
+		c->max_async = 256;
+	if (!c->max_children)
+		c->max_children = 64;
+	if (!c->max_tasks)
+		c->max_tasks = 65536;
+	if (!c->max_depth)
+		c->max_depth = 2;
+	if (!c->keep_completed)
+		c->keep_completed = 1024;
+	if (!c->spin_ns)
+		c->spin_ns = 50000;
+	return 0;
+}
+
+int fanout_create(const struct fanout_config *cfg, struct fanout_engine **out)
+{
+	struct fanout_engine *e;
+	struct fq_params qp;
+	unsigned i;
+	int err;
+
+	if (!out)
+		return -EINVAL;
+	e = fanout__alloc(sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	memset(e, 0, sizeof(*e));
+	err = resolve(cfg, &e->cfg);
+	if (err)
+		goto out_free;
+	e->max_tokens = e->cfg.workers < e->cfg.max_children ? e->cfg.workers :
+							       e->cfg.max_children;
+	/* Default ring: every allowed background delegation can hold all of
+	 * its tokens at once, so only max_async ever refuses a dispatch. */
+	qp.slots = e->cfg.queue_slots ?
+			   pow2_at_least(e->cfg.queue_slots) :
+			   pow2_at_least((unsigned long long)e->cfg.max_async *
+						 e->max_tokens +
+					 2ull * e->cfg.workers + 1);
+	e->cfg.queue_slots = qp.slots;
+	qp.workers = e->cfg.workers;
+	qp.pin = !(e->cfg.flags & FANOUT_NO_PIN);
+	qp.spin_ns = e->cfg.spin_ns;
+	atomic_init(&e->next_id, 1);
+	atomic_init(&e->async_running, 0);
+	atomic_init(&e->active, 0);
+	atomic_init(&e->finish_seq, 0);
+	atomic_init(&e->shutting, 0);
+	atomic_init(&e->shut_done, 0);
+	fq_ec_init(&e->drained);
+	e->st_worker_children =
+		fanout__alloc(sizeof(*e->st_worker_children) * e->cfg.workers);
+	if (!e->st_worker_children) {
+		err = -ENOMEM;
+		goto out_free;
+	}
+	for (i = 0; i < e->cfg.workers; i++)
+		atomic_init(&e->st_worker_children[i], 0);
+	err = fanout__table_init(e);
+	if (err)
+		goto out_free_stats;
+	err = fanout__sinks_init(e);
+	if (err)
+		goto out_table;
+	err = fanout__sink_new(e, true, &e->default_sink);
+	if (err)
+		goto out_sinks;
+	err = fq_create(&qp, &e->q);
+	if (err)
+		goto out_sinks;
+	*out = e;
+	return 0;
+
+out_sinks:
+	fanout__sinks_destroy(e);
+out_table:
+	fanout__table_destroy(e);
+	rcu_barrier();
+out_free_stats:
+	fanout__free(e->st_worker_children,
+		     sizeof(*e->st_worker_children) * e->cfg.workers);
+out_free:
+	fanout__free(e, sizeof(*e));
+	return err;
+}
+
+static bool inside_own_child(struct fanout_engine *e)
+{
+	struct fanout_child *c = fanout__current();
+
+	return fq_self(e->q) >= 0 || (c && c->rec->e == e);
+}
+
+/* Sleep on `drained` until *word reaches want. */
+static void wait_word(struct fanout_engine *e, _Atomic uint32_t *word,
+		      uint32_t want)
+{
+	for (;;) {
+		uint32_t v = fq_ec_prepare(&e->drained);
+
+		/* acquire: pairs with the acq_rel decrement in
+		 * fanout__active_put() / the release store of shut_done. */
+		if (atomic_load_explicit(word, memory_order_acquire) == want) {
+			fq_ec_done(&e->drained);
+			return;
+		}
+		fq_ec_wait(&e->drained, v, 0);
+		fq_ec_done(&e->drained);
+	}
+}
+
+int fanout_shutdown(struct fanout_engine *e)
+{
+	if (!e)
+		return -EINVAL;
+	if (inside_own_child(e))
+		return -EDEADLK;
+	/* seq_cst: the store of the store-load pairs in deleg.c (enter,
+	 * recheck_shutdown) and fanout__active_put(). */
+	if (atomic_exchange_explicit(&e->shutting, 1, memory_order_seq_cst)) {
+		wait_word(e, &e->shut_done, 1); /* another caller is at it */
+		return 0;
+	}
+	/* seq_cst fence: store shutting; fence; scan. */
+	atomic_thread_fence(memory_order_seq_cst);
+	fanout__table_cancel_all(e, FANOUT_CANCEL_INTERRUPT | CANCEL_SHUTDOWN);
+	wait_word(e, &e->active, 0);
+	fq_stop(e->q);
+	/* release: pairs with the acquire in wait_word() of later callers. */
+	atomic_store_explicit(&e->shut_done, 1, memory_order_release);
+	fq_ec_signal(&e->drained, UINT32_MAX);
+	return 0;
+}
+
+void fanout_destroy(struct fanout_engine *e)
+{
+	if (!e || inside_own_child(e))
+		return;
+	fanout_shutdown(e);
+	fanout__sinks_destroy(e);
+	fanout__table_destroy(e);
+	rcu_barrier(); /* every record and sink freed by call_rcu is gone */
+	fq_free(e->q);
+	fanout__free(e->st_worker_children,
+		     sizeof(*e->st_worker_children) * e->cfg.workers);
+	fanout__free(e, sizeof(*e));
+}
+
+int fanout_stats(struct fanout_engine *e, struct fanout_stats *st)
+{
+	unsigned i;
+
+	if (!e || !st)
+		return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	/* relaxed throughout: counters, exact once the engine is quiet. */
+	st->dispatched = atomic_load_explicit(&e->st_dispatched, memory_order_relaxed);
+	st->runs = atomic_load_explicit(&e->st_runs, memory_order_relaxed);
+	st->completed = atomic_load_explicit(&e->st_completed, memory_order_relaxed);
+	st->rejected = atomic_load_explicit(&e->st_rejected, memory_order_relaxed);
+	st->cancelled = atomic_load_explicit(&e->st_cancelled, memory_order_relaxed);
+	st->children_skipped = atomic_load_explicit(&e->st_skipped, memory_order_relaxed);
+	st->children_run =
+		atomic_load_explicit(&e->st_helper_children, memory_order_relaxed);
+	st->async_running =
+		atomic_load_explicit(&e->async_running, memory_order_relaxed);
+	st->nworkers = e->cfg.workers;
+	for (i = 0; i < e->cfg.workers; i++) {
+		struct fq_worker_stats ws;
+		uint64_t ch = atomic_load_explicit(&e->st_worker_children[i],
+						   memory_order_relaxed);
+
+		fq_worker_stats(e->q, i, &ws);
+		st->children_run += ch;
+		st->parks += ws.parks;
+		st->wakeups += ws.wakeups;
+		if (i < FANOUT_STATS_MAX_WORKERS) {
+			st->worker[i].children_run = ch;
+			st->worker[i].parks = ws.parks;
+			st->worker[i].wakeups = ws.wakeups;
+			st->worker[i].cpu = ws.cpu;
+		}
+	}
+	{
+		uint64_t d = st->dispatched + st->runs, c = st->completed;
+
+		st->running = d > c ? (unsigned)(d - c) : 0;
+	}
+	return 0;
+}

@@ -1,0 +1,353 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sink.c - completion sinks: a wait-free MPSC queue of events, an
+ * eventcount for fanout_wait, and an eventfd for poll/epoll loops.
+ *
+ * Which operations may run concurrently on ONE sink:
+ *
+ *                     publish  poll/wait  sink_fd  destroy
+ *   publish (finaliser) yes     yes        yes      no (pending > 0 => -EBUSY)
+ *   fanout_poll/wait    yes     -EBUSY     yes      no
+ *   fanout_sink_fd      yes     yes        yes      no
+ *   fanout_sink_destroy no      no         no       no
+ *
+ * WHY IT IS CORRECT
+ *
+ * Queue.  liburcu's wfcqueue: enqueue is wait-free for any number of
+ * producers; dequeue needs mutual exclusion among consumers, which `busy`
+ * gives (an exchange; the loser returns -EBUSY, nobody waits).  The
+ * enqueue's exchange on the tail is a full barrier, so the event's fields,
+ * written by the finaliser before it, are visible to the consumer that
+ * dequeues the node.
+ *
+ * fanout_wait.  The eventcount argument of queue/fq.c: the consumer
+ * announces itself (prepare), re-checks the queue, sleeps on the sequence;
+ * publish enqueues, then fq_ec_signal bumps the sequence and wakes if anyone
+ * announced.  No lost wakeup.
+ *
+ * eventfd.  `armed` means "the eventfd is readable, or a write is on its
+ * way".  Only the consumer disarms, and it reads (clears) the eventfd
+ * BEFORE it stores armed = false, then fences and re-checks the queue,
+ * re-arming if something is there.  A producer arms after enqueueing, with
+ * a full barrier in between (the signal's seq_cst RMW), and writes only if
+ * it flipped armed from false.  Cases: a producer that saw armed == true
+ * before the consumer disarmed had enqueued before the consumer's re-check,
+ * which therefore sees the event and re-arms; a producer that saw false
+ * flips it and writes after the consumer's read, so its write is not
+ * cleared.  Either way: an event waiting and no consumer inside => the fd
+ * is readable.  Spurious readiness (readable, empty) is allowed; the next
+ * poll that finds the sink empty clears it.  Producers skip all of this
+ * until fanout_sink_fd() was first called (fd_used), which then arms the fd
+ * if events already wait (same store; fence; check pairing).
+ */
+#include "internal.h"
+
+#include <ck_pr.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+static unsigned long ptr_hash(const void *p)
+{
+	uint64_t x = (uint64_t)(uintptr_t)p;
+
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	return (unsigned long)x;
+}
+
+/* Injection point for fault tests: the k-th eventfd() fails. */
+_Atomic long fanout__fail_eventfd_at;
+
+int fanout__sink_new(struct fanout_engine *e, bool is_default,
+		     struct fanout_sink **out)
+{
+	struct fanout_sink *s = fanout__alloc(sizeof(*s));
+	long at;
+
+	if (!s)
+		return -ENOMEM;
+	memset(s, 0, sizeof(*s));
+	at = atomic_load_explicit(&fanout__fail_eventfd_at, memory_order_relaxed);
+	if (at > 0 && atomic_fetch_sub(&fanout__fail_eventfd_at, 1) == 1) {
+		s->efd = -1;
+		errno = EMFILE;
+	} else {
+		s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	}
+	if (s->efd < 0) {
+		int err = errno == ENFILE ? -ENFILE :
+			  errno == ENOMEM ? -ENOMEM : -EMFILE;
+
+		fanout__free(s, sizeof(*s));
+		return err;
+	}
+	cds_wfcq_init(&s->head, &s->tail);
+	fq_ec_init(&s->ec);
+	atomic_init(&s->pending, 0);
+	atomic_init(&s->fd_used, false);
+	atomic_init(&s->armed, false);
+	atomic_init(&s->busy, false);
+	s->e = e;
+	s->is_default = is_default;
+	cds_lfht_node_init(&s->node);
+	fanout__read_lock();
+	FQ_HANDOFF_RELEASE(s);
+	cds_lfht_add(e->sinks, ptr_hash(s), &s->node);
+	fanout__read_unlock();
+	*out = s;
+	return 0;
+}
+
+static void efd_write(struct fanout_sink *s)
+{
+	uint64_t one = 1;
+	ssize_t r;
+
+	do
+		r = write(s->efd, &one, sizeof(one));
+	while (r < 0 && errno == EINTR);
+	/* EAGAIN means the counter is saturated: it is readable anyway. */
+}
+
+static void efd_clear(struct fanout_sink *s)
+{
+	uint64_t v;
+	ssize_t r;
+
+	do
+		r = read(s->efd, &v, sizeof(v));
+	while (r < 0 && errno == EINTR);
+}
+
+static void arm(struct fanout_sink *s)
+{
+	/* seq_cst: orders the flip against the consumer's disarm. */
+	if (!atomic_load_explicit(&s->armed, memory_order_seq_cst) &&
+	    !atomic_exchange_explicit(&s->armed, true, memory_order_seq_cst))
+		efd_write(s);
+}
+
+void fanout__sink_publish(struct fanout_sink *s, struct record *rec)
+{
+	FQ_HANDOFF_RELEASE(rec);
+	cds_wfcq_enqueue(&s->head, &s->tail, &rec->qnode);
+	/* full barrier (seq_cst RMW) between the enqueue and the reads of
+	 * waiters and fd_used; pairs with fq_ec_prepare() in fanout_wait and
+	 * with the store; fence in fanout_sink_fd(). */
+	fq_ec_signal(&s->ec, 1);
+	if (atomic_load_explicit(&s->fd_used, memory_order_seq_cst))
+		arm(s);
+	/* release: fanout_sink_destroy's acquire read of 0 means no
+	 * publisher touches the sink any more. */
+	atomic_fetch_sub_explicit(&s->pending, 1, memory_order_release);
+}
+
+static struct record *take(struct fanout_sink *s)
+{
+	struct cds_wfcq_node *node;
+	struct record *rec;
+
+	if (cds_wfcq_empty(&s->head, &s->tail))
+		return NULL;
+	/* Consumers are serialised by `busy`; "blocking" only waits out a
+	 * producer between its tail exchange and its next-pointer store. */
+	node = __cds_wfcq_dequeue_blocking(&s->head, &s->tail);
+	if (!node)
+		return NULL;
+	rec = caa_container_of(node, struct record, qnode);
+	FQ_HANDOFF_ACQUIRE(rec);
+	return rec;
+}
+
+static bool enter(struct fanout_sink *s)
+{
+	/* acquire: pairs with the release in leave(); the previous consumer's
+	 * dequeues happen before ours. */
+	return !atomic_exchange_explicit(&s->busy, true, memory_order_acquire);
+}
+
+static void leave(struct fanout_sink *s)
+{
+	atomic_store_explicit(&s->busy, false, memory_order_release);
+}
+
+/* The sink looked empty: clear a readable eventfd, then re-check. */
+static void disarm(struct fanout_sink *s)
+{
+	if (!atomic_load_explicit(&s->armed, memory_order_seq_cst))
+		return;
+	efd_clear(s);
+	atomic_store_explicit(&s->armed, false, memory_order_seq_cst);
+	/* seq_cst fence: store armed; fence; check queue - pairs with the
+	 * producer's enqueue; seq_cst RMW; load armed. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!cds_wfcq_empty(&s->head, &s->tail))
+		arm(s);
+}
+
+int fanout_poll(struct fanout_sink *s, struct fanout_event **ev)
+{
+	struct record *rec;
+
+	if (!s || !ev)
+		return -EINVAL;
+	if (!enter(s))
+		return -EBUSY;
+	rec = take(s);
+	if (!rec)
+		disarm(s);
+	leave(s);
+	if (!rec)
+		return -EAGAIN;
+	*ev = &rec->ev;
+	return 0;
+}
+
+int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
+{
+	uint64_t deadline = 0, spin_until;
+	struct record *rec;
+	unsigned i;
+
+	if (!s || !ev)
+		return -EINVAL;
+	if (timeout_ms == 0)
+		return fanout_poll(s, ev);
+	if (!enter(s))
+		return -EBUSY;
+	if (timeout_ms > 0)
+		deadline = fq_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	spin_until = fq_now_ns() + fq_spin_ns(s->e->q);
+	for (i = 0;; i++) {
+		uint32_t v;
+
+		rec = take(s);
+		if (rec)
+			break;
+		if (fq_now_ns() < spin_until) {
+			/* Spin: the cheap emptiness check, between clock reads. */
+			unsigned k;
+
+			for (k = 0; k < 64 && cds_wfcq_empty(&s->head, &s->tail); k++)
+				ck_pr_stall();
+			continue;
+		}
+		v = fq_ec_prepare(&s->ec);
+		if (!cds_wfcq_empty(&s->head, &s->tail)) {
+			fq_ec_done(&s->ec);
+			continue;
+		}
+		if (!fq_ec_wait(&s->ec, v, deadline)) {
+			fq_ec_done(&s->ec);
+			rec = take(s); /* one last look at the deadline */
+			break;
+		}
+		fq_ec_done(&s->ec);
+	}
+	leave(s);
+	if (!rec)
+		return -ETIMEDOUT;
+	*ev = &rec->ev;
+	return 0;
+}
+
+int fanout_sink_fd(struct fanout_sink *s)
+{
+	if (!s)
+		return -EINVAL;
+	if (!atomic_load_explicit(&s->fd_used, memory_order_relaxed)) {
+		atomic_store_explicit(&s->fd_used, true, memory_order_seq_cst);
+		/* seq_cst fence: store fd_used; fence; check queue - pairs
+		 * with publish's enqueue; seq_cst RMW; load fd_used. */
+		atomic_thread_fence(memory_order_seq_cst);
+		if (!cds_wfcq_empty(&s->head, &s->tail))
+			arm(s);
+	}
+	return s->efd;
+}
+
+void fanout_event_free(struct fanout_event *ev)
+{
+	if (ev)
+		fanout__rec_put(caa_container_of(ev, struct record, ev), 1);
+}
+
+struct fanout_sink *fanout_default_sink(struct fanout_engine *e)
+{
+	return e ? e->default_sink : NULL;
+}
+
+int fanout_sink_create(struct fanout_engine *e, struct fanout_sink **out)
+{
+	if (!e || !out)
+		return -EINVAL;
+	if (atomic_load_explicit(&e->shutting, memory_order_acquire))
+		return -ESHUTDOWN;
+	return fanout__sink_new(e, false, out);
+}
+
+static void sink_free_rcu(struct rcu_head *head)
+{
+	struct fanout_sink *s = caa_container_of(head, struct fanout_sink, rcu);
+
+	FQ_HANDOFF_ACQUIRE(&fanout__rcu_token);
+	FQ_HANDOFF_ACQUIRE(s);
+	fanout__free(s, sizeof(*s));
+}
+
+/* Free queued events and the sink; no publisher may still target it. */
+static void sink_free(struct fanout_sink *s)
+{
+	struct record *rec;
+
+	while ((rec = take(s)))
+		fanout__rec_put(rec, 1);
+	close(s->efd);
+	cds_wfcq_destroy(&s->head, &s->tail);
+	fanout__read_lock();
+	cds_lfht_del(s->e->sinks, &s->node);
+	fanout__read_unlock();
+	FQ_HANDOFF_RELEASE(s);
+	call_rcu(&s->rcu, sink_free_rcu);
+}
+
+int fanout_sink_destroy(struct fanout_sink *s)
+{
+	if (!s || s->is_default)
+		return -EINVAL;
+	/* acquire: pairs with the release decrement at the end of publish. */
+	if (atomic_load_explicit(&s->pending, memory_order_acquire))
+		return -EBUSY;
+	sink_free(s);
+	return 0;
+}
+
+int fanout__sinks_init(struct fanout_engine *e)
+{
+	e->sinks = cds_lfht_new_flavor(16, 16, 0, CDS_LFHT_AUTO_RESIZE,
+				       &urcu_bp_flavor, NULL);
+	return e->sinks ? 0 : -ENOMEM;
+}
+
+/* Engine destroy: quiescent, every event published. */
+void fanout__sinks_destroy(struct fanout_engine *e)
+{
+	struct cds_lfht_iter iter;
+	struct fanout_sink *s;
+
+	if (!e->sinks)
+		return;
+	fanout__read_lock();
+	cds_lfht_for_each_entry(e->sinks, &iter, s, node) {
+		FQ_HANDOFF_ACQUIRE(s);
+		sink_free(s);
+	}
+	fanout__read_unlock();
+	cds_lfht_destroy(e->sinks, NULL);
+	e->sinks = NULL;
+}

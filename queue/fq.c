@@ -1,0 +1,500 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fq.c - pinned workers over a Concurrency Kit MPMC ring.
+ *
+ * WHY IT IS CORRECT
+ *
+ * 1. The ring never overflows.  `credits` starts at the ring's capacity
+ *    (size - 1 entries for ck_ring).  A producer takes credits with a CAS
+ *    loop that never lets the counter go below zero (fq_reserve) BEFORE it
+ *    enqueues, one credit per token; a consumer gives one back only AFTER
+ *    its dequeue has completed.  So at every instant
+ *        tokens in the ring + tokens being enqueued <= capacity - credits
+ *    and ck_ring_enqueue_mpmc() cannot find the ring full.  fq_submit()
+ *    asserts it.  Admission is therefore decided before anything is
+ *    enqueued: a caller that cannot get its minimum gets 0 and has changed
+ *    nothing.
+ *
+ * 2. No lost wakeup.  A worker parks with the eventcount protocol:
+ *        W1 waiters++ (seq_cst)   W2 v = seq   W3 re-check ring   W4 sleep if seq == v
+ *    and a producer signals with
+ *        P1 enqueue               P2 seq++ (seq_cst)   P3 if waiters: wake
+ *    All of W1, W2, P2, P3 are sequentially consistent, so in their single
+ *    total order either P3 comes after W1 - then the producer sees the
+ *    waiter and wakes it, and if the wake came before W4 the kernel's
+ *    FUTEX_WAIT finds seq != v and returns at once, because P2 precedes P3 -
+ *    or P3 comes before W1, and then P1 < P2 < W1 < W3 means the re-check at
+ *    W3 sees the token (the ring's enqueue is a release that W3's dequeue
+ *    acquires; P1 is sequenced before P2).  Either way the worker does not
+ *    sleep while the token waits.  tests/models/park_wake.pml checks the
+ *    same handshake, and a seeded check-before-publish bug, with spin.
+ *
+ * 3. Only as many workers are woken as there are tokens: fq_submit() wakes
+ *    at most n sleepers, and a woken worker that finds the ring empty again
+ *    simply goes back through the protocol.  A spinning worker (not yet
+ *    announced in `waiters`) needs no wake at all.
+ *
+ * 4. Idle workers stop burning CPU after spin_ns: the spin loop reads the
+ *    clock every 64 pauses and parks once the deadline passed.
+ *
+ * 5. Drain on stop.  fq_stop() sets `stopping`, then signals every worker.
+ *    A worker exits only after it saw `stopping` AND then found the ring
+ *    empty, so every token enqueued before fq_stop() is run.  The fanout
+ *    engine never submits after it began stopping the queue (see the table
+ *    in fq.h).
+ *
+ * 6. The completion word (fq_done_*) is the classic three-state futex:
+ *    the waiter CASes 0 -> 2 before sleeping on 2; the signaller exchanges
+ *    in 1 and calls FUTEX_WAKE only if it took out a 2.  A wake that beats
+ *    the sleep finds the word != 2 in the kernel and returns immediately.
+ */
+#include "fq.h"
+#include "annotate.h"
+
+#include <ck_pr.h>
+#include <ck_ring.h>
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "alloc.h"
+
+struct fq_worker {
+	struct fq *q;          /* I */
+	pthread_t thread;      /* I */
+	unsigned index;        /* I */
+	int cpu;               /* I: pinned CPU or -1 */
+	bool started;          /* I: pthread_create succeeded */
+	_Atomic uint64_t items;   /* W: read by stats with relaxed loads */
+	_Atomic uint64_t parks;   /* W */
+	_Atomic uint64_t wakeups; /* W */
+} __attribute__((aligned(FQ_CACHELINE)));
+
+struct fq {
+	/* Read-mostly, shared by everyone. */
+	struct ck_ring ring;            /* ck_ring keeps its own counters apart */
+	struct ck_ring_buffer *buf;     /* I */
+	unsigned nworkers;              /* I */
+	unsigned capacity;              /* I: usable entries, slots - 1 */
+	uint64_t spin_ns;               /* I */
+	struct fq_worker *workers;      /* I */
+
+	/* Producer-side hot counter: on its own line so reserve/unreserve
+	 * traffic does not bounce the ring's read-mostly fields. */
+	_Atomic int credits __attribute__((aligned(FQ_CACHELINE)));
+
+	/* Park/wake: touched by producers on every submit, by workers only
+	 * when they go idle. */
+	struct fq_ec idle __attribute__((aligned(FQ_CACHELINE)));
+	_Atomic bool stopping;
+	bool stopped; /* only fq_stop's caller */
+};
+
+static _Thread_local struct fq_worker *tls_self;
+_Atomic long fq__fail_thread_at;
+
+uint64_t fq_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static long futex(_Atomic uint32_t *uaddr, int op, uint32_t val,
+		  const struct timespec *ts)
+{
+	return syscall(SYS_futex, (uint32_t *)uaddr, op, val, ts, NULL, 0);
+}
+
+/* ------------------------------------------------------------ eventcount */
+
+uint32_t fq_ec_prepare(struct fq_ec *ec)
+{
+	/* seq_cst: W1 of the argument at the top; orders the announcement
+	 * before the read of seq and before the caller's re-check. */
+	atomic_fetch_add_explicit(&ec->waiters, 1, memory_order_seq_cst);
+	return atomic_load_explicit(&ec->seq, memory_order_seq_cst);
+}
+
+bool fq_ec_wait(struct fq_ec *ec, uint32_t v, uint64_t deadline_ns)
+{
+	struct timespec ts, *tsp = NULL;
+
+	if (deadline_ns) {
+		uint64_t now = fq_now_ns();
+
+		if (now >= deadline_ns)
+			return false;
+		ts.tv_sec = (time_t)((deadline_ns - now) / 1000000000ull);
+		ts.tv_nsec = (long)((deadline_ns - now) % 1000000000ull);
+		tsp = &ts;
+	}
+	if (futex(&ec->seq, FUTEX_WAIT_PRIVATE, v, tsp) < 0 &&
+	    errno == ETIMEDOUT)
+		return false;
+	return true;
+}
+
+void fq_ec_done(struct fq_ec *ec)
+{
+	/* relaxed: the count only decides whether a signaller makes a
+	 * syscall; a stale non-zero costs one useless FUTEX_WAKE. */
+	atomic_fetch_sub_explicit(&ec->waiters, 1, memory_order_relaxed);
+}
+
+void fq_ec_signal(struct fq_ec *ec, unsigned nwake)
+{
+	/* seq_cst increment then seq_cst load: P2/P3 of the argument; pairs
+	 * with the seq_cst fetch_add/load in fq_ec_prepare(). */
+	atomic_fetch_add_explicit(&ec->seq, 1, memory_order_seq_cst);
+	if (atomic_load_explicit(&ec->waiters, memory_order_seq_cst))
+		futex(&ec->seq, FUTEX_WAKE_PRIVATE,
+		      nwake > INT_MAX ? INT_MAX : nwake, NULL);
+}
+
+/* ------------------------------------------------------ completion word */
+
+void fq_done_signal(_Atomic uint32_t *word)
+{
+	/* release: everything before the signal (the finalised record) is
+	 * visible to the waiter's acquire in fq_done_wait(). */
+	if (atomic_exchange_explicit(word, 1, memory_order_acq_rel) == 2)
+		futex(word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
+}
+
+void fq_done_wait(_Atomic uint32_t *word, uint64_t spin_ns)
+{
+	uint64_t deadline = 0;
+	unsigned i;
+
+	for (i = 0;; i++) {
+		/* acquire: pairs with the exchange in fq_done_signal(). */
+		if (atomic_load_explicit(word, memory_order_acquire) == 1)
+			return;
+		if ((i & 63) == 0) {
+			uint64_t now = fq_now_ns();
+
+			if (!deadline)
+				deadline = now + spin_ns;
+			else if (now >= deadline)
+				break;
+		}
+		ck_pr_stall();
+	}
+	for (;;) {
+		uint32_t expect = 0;
+
+		/* acquire on failure too: a 1 read here must publish the
+		 * signaller's writes, as above. */
+		if (!atomic_compare_exchange_strong_explicit(
+			    word, &expect, 2, memory_order_acquire,
+			    memory_order_acquire) &&
+		    expect == 1)
+			return;
+		futex(word, FUTEX_WAIT_PRIVATE, 2, NULL);
+	}
+}
+
+/* ------------------------------------------------------------- credits */
+
+unsigned fq_reserve(struct fq *q, unsigned want, unsigned min)
+{
+	int cur = atomic_load_explicit(&q->credits, memory_order_relaxed);
+
+	for (;;) {
+		unsigned take;
+
+		if (cur < (int)min || cur <= 0)
+			return 0;
+		take = (unsigned)cur < want ? (unsigned)cur : want;
+		/* relaxed: credits order nothing but themselves; the ring's
+		 * own release/acquire publishes the token (argument 1). */
+		if (atomic_compare_exchange_weak_explicit(
+			    &q->credits, &cur, cur - (int)take,
+			    memory_order_relaxed, memory_order_relaxed))
+			return take;
+	}
+}
+
+void fq_unreserve(struct fq *q, unsigned n)
+{
+	if (n)
+		atomic_fetch_add_explicit(&q->credits, (int)n,
+					  memory_order_relaxed);
+}
+
+void fq_submit(struct fq *q, struct fq_work *w, unsigned n)
+{
+	unsigned i;
+
+	if (!n)
+		return;
+	FQ_HANDOFF_RELEASE(w);
+	for (i = 0; i < n; i++) {
+		/* ck_ring_enqueue_mpmc publishes the slot with a store fence
+		 * before moving the producer counter; the consumer's load
+		 * fence after reading it pairs with that. */
+		bool ok = ck_ring_enqueue_mpmc(&q->ring, q->buf, w);
+
+		if (!ok)
+			abort(); /* broken invariant: credits (argument 1) */
+	}
+	fq_ec_signal(&q->idle, n);
+}
+
+/* --------------------------------------------------------------- workers */
+
+static bool take(struct fq *q, struct fq_work **w)
+{
+	if (!ck_ring_dequeue_mpmc(&q->ring, q->buf, w))
+		return false;
+	FQ_HANDOFF_ACQUIRE(*w);
+	/* The slot is ours and already read: give its credit back. */
+	fq_unreserve(q, 1);
+	return true;
+}
+
+static void bump(_Atomic uint64_t *c)
+{
+	/* W: only the owner writes; relaxed so stats can read it. */
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
+
+static void run_item(struct fq_worker *self, struct fq_work *w)
+{
+	w->fn(w);
+	bump(&self->items);
+}
+
+static void *worker_main(void *arg)
+{
+	struct fq_worker *self = arg;
+	struct fq *q = self->q;
+	struct fq_work *w;
+
+	tls_self = self;
+	for (;;) {
+		uint64_t deadline = 0;
+		unsigned i;
+		uint32_t v;
+
+		if (take(q, &w)) {
+			run_item(self, w);
+			continue;
+		}
+		/* Spin: the ring is checked with a plain size read, cheap and
+		 * local while nothing changes. */
+		for (i = 0;; i++) {
+			if (ck_ring_size(&q->ring) != 0 ||
+			    atomic_load_explicit(&q->stopping,
+						 memory_order_relaxed))
+				break;
+			if ((i & 63) == 0) {
+				uint64_t now = fq_now_ns();
+
+				if (!deadline)
+					deadline = now + q->spin_ns;
+				else if (now >= deadline)
+					break;
+			}
+			ck_pr_stall();
+		}
+		if (take(q, &w)) {
+			run_item(self, w);
+			continue;
+		}
+		/* Park (argument 2): announce, re-check, sleep. */
+		v = fq_ec_prepare(&q->idle);
+		if (take(q, &w)) {
+			fq_ec_done(&q->idle);
+			run_item(self, w);
+			continue;
+		}
+		/* acquire: pairs with the release store in fq_stop(); the ring
+		 * is empty here, so a stopping queue is drained (argument 5). */
+		if (atomic_load_explicit(&q->stopping, memory_order_acquire)) {
+			fq_ec_done(&q->idle);
+			break;
+		}
+		bump(&self->parks);
+		fq_ec_wait(&q->idle, v, 0);
+		fq_ec_done(&q->idle);
+		bump(&self->wakeups);
+	}
+	tls_self = NULL;
+	return NULL;
+}
+
+static unsigned allowed_cpus(int *cpus, unsigned max)
+{
+	cpu_set_t set;
+	unsigned n = 0;
+	int c;
+
+	if (sched_getaffinity(0, sizeof(set), &set))
+		return 0;
+	for (c = 0; c < CPU_SETSIZE && n < max; c++)
+		if (CPU_ISSET(c, &set))
+			cpus[n++] = c;
+	return n;
+}
+
+/* Pinning is set in the attributes, so the thread never runs unpinned and
+ * wk->cpu is final before the thread exists. */
+static int start_thread(struct fq_worker *wk)
+{
+	long at = atomic_load_explicit(&fq__fail_thread_at, memory_order_relaxed);
+	pthread_attr_t attr;
+	cpu_set_t set;
+	int err;
+
+	if (at > 0 && atomic_fetch_sub(&fq__fail_thread_at, 1) == 1)
+		return EAGAIN; /* fault injection: this creation fails */
+	if (wk->cpu < 0)
+		return pthread_create(&wk->thread, NULL, worker_main, wk);
+	if (pthread_attr_init(&attr))
+		return EAGAIN;
+	CPU_ZERO(&set);
+	CPU_SET(wk->cpu, &set);
+	pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+	err = pthread_create(&wk->thread, &attr, worker_main, wk);
+	pthread_attr_destroy(&attr);
+	if (err == EINVAL) { /* the CPU went away: run unpinned */
+		wk->cpu = -1;
+		err = pthread_create(&wk->thread, NULL, worker_main, wk);
+	}
+	return err;
+}
+
+int fq_create(const struct fq_params *p, struct fq **out)
+{
+	struct fq *q;
+	int cpus[CPU_SETSIZE];
+	unsigned ncpus = 0, i;
+	int err;
+
+	if (!p || !out || !p->workers || p->slots < 4 ||
+	    (p->slots & (p->slots - 1)))
+		return -EINVAL;
+	q = fanout__alloc(sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	memset(q, 0, sizeof(*q));
+	q->buf = fanout__alloc(sizeof(*q->buf) * p->slots);
+	q->workers = fanout__alloc(sizeof(*q->workers) * p->workers);
+	if (!q->buf || !q->workers) {
+		err = -ENOMEM;
+		goto out_free;
+	}
+	memset(q->buf, 0, sizeof(*q->buf) * p->slots);
+	memset(q->workers, 0, sizeof(*q->workers) * p->workers);
+	ck_ring_init(&q->ring, p->slots);
+	q->nworkers = p->workers;
+	q->capacity = p->slots - 1;
+	q->spin_ns = p->spin_ns;
+	atomic_init(&q->credits, (int)q->capacity);
+	fq_ec_init(&q->idle);
+	atomic_init(&q->stopping, false);
+	if (p->pin)
+		ncpus = allowed_cpus(cpus, CPU_SETSIZE);
+	for (i = 0; i < p->workers; i++) {
+		struct fq_worker *wk = &q->workers[i];
+
+		wk->q = q;
+		wk->index = i;
+		wk->cpu = ncpus ? cpus[i % ncpus] : -1;
+	}
+	for (i = 0; i < p->workers; i++) {
+		err = start_thread(&q->workers[i]);
+		if (err) {
+			err = -EAGAIN;
+			goto out_stop;
+		}
+		q->workers[i].started = true;
+	}
+	*out = q;
+	return 0;
+
+out_stop:
+	fq_stop(q);
+out_free:
+	fanout__free(q->workers, sizeof(*q->workers) * p->workers);
+	fanout__free(q->buf, sizeof(*q->buf) * p->slots);
+	fanout__free(q, sizeof(*q));
+	return err;
+}
+
+void fq_stop(struct fq *q)
+{
+	unsigned i;
+
+	if (!q || q->stopped)
+		return;
+	q->stopped = true;
+	/* release: pairs with the acquire load in worker_main(); the signal
+	 * below is a full barrier before it looks for sleepers. */
+	atomic_store_explicit(&q->stopping, true, memory_order_release);
+	fq_ec_signal(&q->idle, q->nworkers);
+	for (i = 0; i < q->nworkers; i++)
+		if (q->workers[i].started)
+			pthread_join(q->workers[i].thread, NULL);
+}
+
+void fq_free(struct fq *q)
+{
+	if (!q)
+		return;
+	fq_stop(q);
+	fanout__free(q->workers, sizeof(*q->workers) * q->nworkers);
+	fanout__free(q->buf, sizeof(*q->buf) * (q->capacity + 1));
+	fanout__free(q, sizeof(*q));
+}
+
+void fq_help_wait(struct fq *q, struct fq_work *w, unsigned extra,
+		  _Atomic uint32_t *done)
+{
+	fq_submit(q, w, extra);
+	w->fn(w);
+	fq_done_wait(done, q->spin_ns);
+}
+
+unsigned fq_nworkers(const struct fq *q)
+{
+	return q->nworkers;
+}
+
+unsigned fq_capacity(const struct fq *q)
+{
+	return q->capacity;
+}
+
+uint64_t fq_spin_ns(const struct fq *q)
+{
+	return q->spin_ns;
+}
+
+int fq_self(const struct fq *q)
+{
+	struct fq_worker *self = tls_self;
+
+	return self && self->q == q ? (int)self->index : -1;
+}
+
+void fq_worker_stats(const struct fq *q, unsigned i, struct fq_worker_stats *st)
+{
+	const struct fq_worker *wk = &q->workers[i];
+
+	st->items = atomic_load_explicit(&wk->items, memory_order_relaxed);
+	st->parks = atomic_load_explicit(&wk->parks, memory_order_relaxed);
+	st->wakeups = atomic_load_explicit(&wk->wakeups, memory_order_relaxed);
+	st->cpu = wk->cpu;
+}

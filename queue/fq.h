@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fq.h - the work queue under fanout: pinned workers, a Concurrency Kit
+ * MPMC ring, spin-then-park idling, admission credits, help-while-wait.
+ *
+ * It knows nothing about delegations.  A unit of work is a struct fq_work
+ * embedded in the caller's object; the ring carries pointers to it.  The same
+ * work item may be enqueued several times at once (one *token* per worker
+ * that may help with it); each dequeued token calls w->fn(w) once.  Making
+ * those calls idempotent and freeing the object after the last token is the
+ * caller's business.
+ *
+ * Legend (kernel style): I: set at init, read-only after.  A: atomic.
+ * W: touched only by the owning worker thread.
+ *
+ * Which operations may run concurrently (yes = any number of threads, in
+ * any mix, without external synchronisation):
+ *
+ *                      reserve submit unreserve help  ec_*  stop  init/free
+ *   fq_reserve          yes     yes    yes       yes   yes   yes   no
+ *   fq_submit           yes     yes    yes       yes   yes   no(1) no
+ *   fq_unreserve        yes     yes    yes       yes   yes   yes   no
+ *   fq_help_wait        yes     yes    yes       yes   yes   no(1) no
+ *   fq_ec_* (one ec)    yes     yes    yes       yes   yes   yes   no
+ *   fq_stop             yes     no(1)  yes       no(1) yes   no    no
+ *   (1) the caller must know no submit is in progress or will follow; the
+ *       fanout engine guarantees it by finishing every delegation first.
+ *
+ * Memory ordering: fq_submit() is a release of everything written before it
+ * to the thread that runs each token (the ring's enqueue/dequeue pair, see
+ * fq.c); fq_ec_signal() is a full barrier before the waiters are looked at.
+ */
+#ifndef FANOUT_QUEUE_FQ_H
+#define FANOUT_QUEUE_FQ_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FQ_CACHELINE 64
+
+struct fq;
+struct fq_work;
+
+typedef void (*fq_fn)(struct fq_work *w);
+
+/* A work item; embed it and recover the container in fn. */
+struct fq_work {
+	fq_fn fn; /* I: set before the first submit */
+};
+
+/*
+ * An eventcount: "sleep until something changes".  A waiter announces itself
+ * (prepare), re-checks its condition, then sleeps on the sequence it read; a
+ * signaller changes the condition, bumps the sequence and wakes only if a
+ * waiter announced itself.  No lost wakeup: see the argument in fq.c.
+ */
+struct fq_ec {
+	_Atomic uint32_t seq;     /* A: bumped by every signal; the futex word */
+	_Atomic uint32_t waiters; /* A: threads between prepare and done */
+};
+
+static inline void fq_ec_init(struct fq_ec *ec)
+{
+	atomic_init(&ec->seq, 0);
+	atomic_init(&ec->waiters, 0);
+}
+uint32_t fq_ec_prepare(struct fq_ec *ec);
+/* Sleep while seq == v, at most until deadline_ns (0 = forever).
+ * Returns false on timeout. */
+bool fq_ec_wait(struct fq_ec *ec, uint32_t v, uint64_t deadline_ns);
+void fq_ec_done(struct fq_ec *ec);
+void fq_ec_signal(struct fq_ec *ec, unsigned nwake);
+
+/*
+ * A one-shot completion word for a synchronous join: 0 pending, 1 done,
+ * 2 pending with a sleeper.  fq_done_signal() is a release; fq_done_wait()
+ * returns with acquire ordering once it is done.
+ */
+void fq_done_signal(_Atomic uint32_t *word);
+void fq_done_wait(_Atomic uint32_t *word, uint64_t spin_ns);
+
+struct fq_params {
+	unsigned workers; /* >= 1 */
+	bool pin;         /* pin worker i to the i-th CPU we may run on */
+	unsigned slots;   /* ring size, power of two >= 4 */
+	uint64_t spin_ns; /* idle spin before parking */
+};
+
+struct fq_worker_stats {
+	uint64_t items; /* tokens run */
+	uint64_t parks;
+	uint64_t wakeups;
+	int cpu;
+};
+
+/* Create and start.  0, -ENOMEM, -EAGAIN (thread creation failed: the
+ * threads already started are stopped and everything is freed). */
+int fq_create(const struct fq_params *p, struct fq **out);
+/* Drain the ring, stop and join the workers.  Idempotent. */
+void fq_stop(struct fq *q);
+/* fq_stop() then free.  NULL is a no-op. */
+void fq_free(struct fq *q);
+
+/*
+ * Take between @min and @want ring credits (one per token to submit).
+ * Returns how many were taken, 0 if fewer than @min were free.  A credit is
+ * given back when a worker dequeues the token, or by fq_unreserve().
+ */
+unsigned fq_reserve(struct fq *q, unsigned want, unsigned min);
+void fq_unreserve(struct fq *q, unsigned n);
+/* Enqueue @n tokens of @w (n credits must be held); wakes up to n parked
+ * workers.  Never fails. */
+void fq_submit(struct fq *q, struct fq_work *w, unsigned n);
+
+/*
+ * Help-while-wait for a synchronous join: submit @extra tokens of @w (credits
+ * held) for idle workers, run w->fn(w) on the calling thread, then wait until
+ * *done is signalled with fq_done_signal().  The caller runs only @w, never
+ * unrelated work, so a join nested inside a work item cannot deadlock as
+ * long as every started item finishes.
+ */
+void fq_help_wait(struct fq *q, struct fq_work *w, unsigned extra,
+		  _Atomic uint32_t *done);
+
+unsigned fq_nworkers(const struct fq *q);
+unsigned fq_capacity(const struct fq *q);
+uint64_t fq_spin_ns(const struct fq *q);
+/* Index of the calling worker thread of @q, or -1 if it is not one. */
+int fq_self(const struct fq *q);
+void fq_worker_stats(const struct fq *q, unsigned i, struct fq_worker_stats *st);
+/* Injection point for fault tests: the k-th pthread_create fails. */
+extern _Atomic long fq__fail_thread_at;
+
+uint64_t fq_now_ns(void);
+
+#endif

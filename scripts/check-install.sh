@@ -1,0 +1,35 @@
+#!/bin/sh
+# Install into a scratch DESTDIR and link a program against it through
+# `pkg-config --cflags --libs --static fanout`, then run it.
+set -eu
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+make --no-print-directory install DESTDIR="$tmp/root" PREFIX=/usr/local >/dev/null
+export PKG_CONFIG_PATH="$tmp/root/usr/local/lib/pkgconfig"
+export PKG_CONFIG_SYSROOT_DIR="$tmp/root"
+cat > "$tmp/app.c" <<'APP'
+#include <fanout.h>
+#include <stdio.h>
+static int child(struct fanout_child *c, void *arg)
+{
+	(void)arg;
+	return fanout_set_summary(c, "ok", 2);
+}
+int main(void)
+{
+	struct fanout_engine *e;
+	struct fanout_event *ev;
+	struct fanout_task t[3] = { { "a", child, NULL }, { "b", child, NULL },
+				    { "c", child, NULL } };
+	struct fanout_batch b = { .tasks = t, .ntasks = 3 };
+	if (fanout_create(NULL, &e) || fanout_run(e, &b, &ev))
+		return 1;
+	int ok = ev->status == FANOUT_COMPLETED && ev->nresults == 3;
+	fanout_event_free(ev);
+	fanout_destroy(e);
+	puts(ok ? "installed fanout links and runs" : "wrong event");
+	return !ok;
+}
+APP
+cc "$tmp/app.c" -o "$tmp/app" $(pkg-config --cflags --libs --static fanout)
+"$tmp/app"

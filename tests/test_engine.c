@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: MIT */
+/* test_engine.c - fanout_create/destroy, config validation, small helpers. */
+#include "common.h"
+
+static int cpus_allowed(void)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	if (sched_getaffinity(0, sizeof(set), &set) != 0)
+		return -1;
+	return CPU_COUNT(&set);
+}
+
+/* Run a small batch to prove the engine works; every child exactly once. */
+static void run_some(struct fanout_engine *e, unsigned n)
+{
+	struct tbatch *tb = tb_new(n);
+	struct fanout_event *ev = NULL;
+
+	assert_int_equal(fanout_run(e, &tb->b, &ev), 0);
+	check_all_completed(ev, tb);
+	fanout_event_free(ev);
+
+	tb_free(tb);
+	tb = tb_new(n);
+	fanout_id id = must_dispatch(e, tb);
+	ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	check_all_completed(ev, tb);
+	fanout_event_free(ev);
+	tb_free(tb);
+}
+
+static void create_null_cfg_uses_defaults(void **state)
+{
+	struct fanout_engine *e = NULL;
+
+	assert_int_equal(fanout_create(NULL, &e), 0);
+	assert_non_null(e);
+	struct fanout_stats st = stats_of(e);
+	int ncpu = cpus_allowed();
+	if (ncpu > 0)
+		assert_int_equal(st.nworkers, (unsigned)ncpu);
+	assert_true(st.nworkers >= 1);
+	run_some(e, 5);
+	fanout_destroy(e);
+}
+
+static void create_null_out_einval(void **state)
+{
+	struct fanout_config cfg = { .workers = 1 };
+
+	assert_int_equal(fanout_create(&cfg, NULL), -EINVAL);
+	assert_int_equal(fanout_create(NULL, NULL), -EINVAL);
+}
+
+static void expect_einval(struct fanout_config cfg)
+{
+	struct fanout_engine *e = (struct fanout_engine *)0x1;
+
+	assert_int_equal(fanout_create(&cfg, &e), -EINVAL);
+}
+
+static void expect_ok(struct fanout_config cfg)
+{
+	struct fanout_engine *e = NULL;
+
+	assert_int_equal(fanout_create(&cfg, &e), 0);
+	assert_non_null(e);
+	run_some(e, 3);
+	fanout_destroy(e);
+}
+
+static void create_unknown_flags(void **state)
+{
+	expect_einval((struct fanout_config){ .workers = 1, .flags = 0x2 });
+	expect_einval((struct fanout_config){ .workers = 1,
+					      .flags = FANOUT_NO_PIN | 0x80 });
+	expect_einval(
+		(struct fanout_config){ .workers = 1, .flags = 0x80000000u });
+}
+
+static void create_workers_too_many(void **state)
+{
+	expect_einval((struct fanout_config){ .workers = 1025,
+					      .flags = FANOUT_NO_PIN });
+	expect_einval((struct fanout_config){ .workers = UINT_MAX,
+					      .flags = FANOUT_NO_PIN });
+}
+
+static void create_max_depth_range(void **state)
+{
+	expect_einval((struct fanout_config){ .workers = 1, .max_depth = 65 });
+	expect_einval(
+		(struct fanout_config){ .workers = 1, .max_depth = UINT_MAX });
+	expect_ok((struct fanout_config){ .workers = 1, .flags = FANOUT_NO_PIN,
+					  .max_depth = 64 });
+}
+
+static void create_max_tasks_range(void **state)
+{
+	expect_einval((struct fanout_config){ .workers = 1,
+					      .max_tasks = (1u << 24) + 1 });
+	expect_einval(
+		(struct fanout_config){ .workers = 1, .max_tasks = UINT_MAX });
+	expect_ok((struct fanout_config){ .workers = 1, .flags = FANOUT_NO_PIN,
+					  .max_tasks = 1u << 24 });
+}
+
+static void create_spin_ns_range(void **state)
+{
+	expect_einval((struct fanout_config){
+		.workers = 1, .spin_ns = 1000000000ull + 1 });
+	expect_einval((struct fanout_config){ .workers = 1,
+					      .spin_ns = UINT64_MAX });
+	expect_ok((struct fanout_config){ .workers = 1, .flags = FANOUT_NO_PIN,
+					  .spin_ns = 1000000000ull });
+	expect_ok((struct fanout_config){ .workers = 1, .flags = FANOUT_NO_PIN,
+					  .spin_ns = 1 });
+}
+
+static void create_no_pin(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	struct fanout_stats st = stats_of(e);
+
+	assert_int_equal(st.nworkers, 2);
+	for (unsigned i = 0; i < 2; i++)
+		assert_int_equal(st.worker[i].cpu, -1);
+	run_some(e, 8);
+	fanout_destroy(e);
+}
+
+static void create_pinned(void **state)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+	unsigned n = CPU_COUNT(&set) >= 2 ? 2 : 1;
+	struct fanout_engine *e = NEW_ENGINE(.workers = n, .flags = 0);
+	struct fanout_stats st = stats_of(e);
+
+	assert_int_equal(st.nworkers, n);
+	/* pinned one per CPU: a CPU we may run on, two workers not sharing */
+	for (unsigned i = 0; i < n; i++) {
+		assert_true(st.worker[i].cpu >= 0);
+		assert_true(CPU_ISSET(st.worker[i].cpu, &set));
+	}
+	if (n == 2)
+		assert_int_not_equal(st.worker[0].cpu, st.worker[1].cpu);
+	run_some(e, 8);
+	fanout_destroy(e);
+}
+
+static void create_one_worker(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+
+	assert_int_equal(stats_of(e).nworkers, 1);
+	run_some(e, 17);
+	fanout_destroy(e);
+}
+
+static void stats_nworkers_matches(void **state)
+{
+	for (unsigned w = 1; w <= 3; w++) {
+		struct fanout_engine *e =
+			NEW_ENGINE(.workers = w, .flags = FANOUT_NO_PIN);
+		struct fanout_stats st = stats_of(e);
+
+		assert_int_equal(st.nworkers, w);
+		assert_int_equal(st.dispatched, 0);
+		assert_int_equal(st.running, 0);
+		fanout_destroy(e);
+	}
+}
+
+static void destroy_null_noop(void **state)
+{
+	fanout_destroy(NULL);
+	assert_int_equal(fanout_shutdown(NULL), -EINVAL);
+}
+
+static void stats_null_einval(void **state)
+{
+	struct fanout_stats st;
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+
+	assert_int_equal(fanout_stats(NULL, &st), -EINVAL);
+	assert_int_equal(fanout_stats(e, NULL), -EINVAL);
+	assert_null(fanout_default_sink(NULL));
+	assert_non_null(fanout_default_sink(e));
+	assert_ptr_equal(fanout_default_sink(e), fanout_default_sink(e));
+	fanout_destroy(e);
+}
+
+static void two_engines_independent(void **state)
+{
+	struct fanout_engine *a =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	struct fanout_engine *b =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+
+	assert_ptr_not_equal(fanout_default_sink(a), fanout_default_sink(b));
+	run_some(a, 4);
+	run_some(b, 4);
+	assert_int_equal(stats_of(a).dispatched, 1);
+	assert_int_equal(stats_of(b).dispatched, 1);
+	fanout_destroy(a);
+	fanout_destroy(b);
+}
+
+static void status_names(void **state)
+{
+	assert_string_equal(fanout_status_name(FANOUT_PENDING), "pending");
+	assert_string_equal(fanout_status_name(FANOUT_RUNNING), "running");
+	assert_string_equal(fanout_status_name(FANOUT_COMPLETED), "completed");
+	assert_string_equal(fanout_status_name(FANOUT_ERROR), "error");
+	assert_string_equal(fanout_status_name(FANOUT_INTERRUPTED),
+			    "interrupted");
+	assert_string_equal(fanout_status_name((enum fanout_status)5),
+			    "unknown");
+	assert_string_equal(fanout_status_name((enum fanout_status)-1),
+			    "unknown");
+	assert_string_equal(fanout_status_name((enum fanout_status)12345),
+			    "unknown");
+}
+
+static void now_ns_monotonic(void **state)
+{
+	struct timespec a, b;
+	uint64_t prev = fanout_now_ns();
+
+	assert_true(prev > 0);
+	for (int i = 0; i < 1000; i++) {
+		uint64_t t = fanout_now_ns();
+
+		assert_true(t >= prev);
+		prev = t;
+	}
+	/* it is CLOCK_MONOTONIC: bracketed by two readings of that clock */
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	uint64_t t = fanout_now_ns();
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	uint64_t ta = (uint64_t)a.tv_sec * 1000000000ull + a.tv_nsec;
+	uint64_t tb = (uint64_t)b.tv_sec * 1000000000ull + b.tv_nsec;
+	assert_true(ta <= t);
+	assert_true(t <= tb);
+}
+
+static void create_destroy_many(void **state)
+{
+	/* threads and eventfds are released: 50 cycles would exhaust a leak */
+	for (int i = 0; i < 50; i++) {
+		struct fanout_engine *e =
+			NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+		if (i % 10 == 0)
+			run_some(e, 2);
+		fanout_destroy(e);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		TC(create_null_cfg_uses_defaults),
+		TC(create_null_out_einval),
+		TC(create_unknown_flags),
+		TC(create_workers_too_many),
+		TC(create_max_depth_range),
+		TC(create_max_tasks_range),
+		TC(create_spin_ns_range),
+		TC(create_no_pin),
+		TC(create_pinned),
+		TC(create_one_worker),
+		TC(stats_nworkers_matches),
+		TC(destroy_null_noop),
+		TC(stats_null_einval),
+		TC(two_engines_independent),
+		TC(status_names),
+		TC(now_ns_monotonic),
+		TC(create_destroy_many),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

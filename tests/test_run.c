@@ -1,0 +1,538 @@
+/* SPDX-License-Identifier: MIT */
+/* test_run.c - fanout_run: synchronous join, nesting, depth, helping. */
+#include "common.h"
+
+static void run_returns_event(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	struct fanout_sink *s = NULL;
+	struct tbatch *tb = tb_new(6);
+	struct fanout_event *ev = NULL;
+	int user;
+
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	tb->b.sink = s; /* ignored by fanout_run */
+	tb->b.user = &user;
+	tb->b.context = "ctx";
+	tb->b.session_key = "key";
+	for (unsigned i = 0; i < 6; i++)
+		tb->probes[i].cost = 1.0;
+	assert_int_equal(fanout_run(e, &tb->b, &ev), 0);
+	assert_non_null(ev);
+	assert_true(ev->id != 0);
+	check_all_completed(ev, tb);
+	for (unsigned i = 0; i < 6; i++)
+		assert_int_equal(tb->probes[i].plain, 1234);
+	assert_ptr_equal(ev->user, &user);
+	assert_string_equal(ev->context, "ctx");
+	assert_string_equal(ev->session_key, "key");
+	assert_float_equal(ev->cost, 6.0, 1e-9);
+	assert_true(ev->completed_ns >= ev->dispatched_ns);
+	fanout_event_free(ev);
+	/* nothing was published anywhere */
+	assert_no_event(s);
+	assert_no_event(fanout_default_sink(e));
+	struct fanout_stats st = stats_of(e);
+	assert_int_equal(st.runs, 1);
+	assert_int_equal(st.dispatched, 0);
+	assert_int_equal(st.children_run, 6);
+	assert_int_equal(st.running, 0);
+	assert_int_equal(fanout_sink_destroy(s), 0);
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
+static void run_error_outcomes_in_event(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	struct tbatch *tb = tb_new(2);
+	struct fanout_event *ev = NULL;
+
+	tb->probes[0].ret = -EIO;
+	tb->probes[1].ret = -EPERM;
+	/* the call succeeds; the children's failure is in the event */
+	assert_int_equal(fanout_run(e, &tb->b, &ev), 0);
+	assert_int_equal(ev->status, FANOUT_ERROR);
+	assert_int_equal(ev->results[0].code, -EIO);
+	assert_int_equal(ev->results[1].code, -EPERM);
+	fanout_event_free(ev);
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
+static void run_bad_input(void **state)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = 1, .max_tasks = 4,
+					     .flags = FANOUT_NO_PIN);
+	struct tbatch *tb = tb_new(5);
+	struct fanout_event *ev = NULL;
+
+	assert_int_equal(fanout_run(NULL, &tb->b, &ev), -EINVAL);
+	assert_int_equal(fanout_run(e, NULL, &ev), -EINVAL);
+	tb->b.ntasks = 2;
+	assert_int_equal(fanout_run(e, &tb->b, NULL), -EINVAL);
+	tb->b.ntasks = 0;
+	assert_int_equal(fanout_run(e, &tb->b, &ev), -EINVAL);
+	tb->b.ntasks = 5;
+	assert_int_equal(fanout_run(e, &tb->b, &ev), -E2BIG);
+	tb->b.ntasks = 3;
+	tb->tasks[1].fn = NULL;
+	assert_int_equal(fanout_run(e, &tb->b, &ev), -EINVAL);
+	struct fanout_batch nb = { .tasks = NULL, .ntasks = 1 };
+	assert_int_equal(fanout_run(e, &nb, &ev), -EINVAL);
+	assert_int_equal(tb_runs(tb), 0);
+	struct fanout_stats st = stats_of(e);
+	assert_int_equal(st.runs, 0);
+	assert_int_equal(st.children_run, 0);
+	assert_int_equal(st.rejected, 6); /* every refusal with an engine */
+	size_t n = 9;
+	assert_int_equal(fanout_list(e, NULL, 0, &n), 0);
+	assert_int_equal(n, 0);
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
+/* A child that nests fanout_run @levels more levels deep, @fan wide. */
+struct nest {
+	struct fanout_engine *e;
+	int levels;
+	unsigned fan;
+	unsigned depth; /* expected depth of this child */
+	atomic_int *leaves;
+	atomic_int *maxdepth;
+};
+
+static int nest_fn(struct fanout_child *c, void *arg)
+{
+	struct nest *n = arg;
+	unsigned depth = fanout_child_depth(c);
+
+	CHECK(fanout_current_child() == c);
+	CHECK(depth == n->depth);
+	if (n->maxdepth && (int)depth > atomic_load(n->maxdepth))
+		atomic_store(n->maxdepth, (int)depth);
+	if (n->levels == 0) {
+		atomic_fetch_add(n->leaves, 1);
+		return 0;
+	}
+	struct nest sub = *n;
+	struct fanout_task t[8];
+	struct fanout_event *ev = NULL;
+
+	sub.levels--;
+	sub.depth++;
+	for (unsigned i = 0; i < n->fan; i++)
+		t[i] = (struct fanout_task){ "nested", nest_fn, &sub };
+	struct fanout_batch b = { .tasks = t, .ntasks = n->fan };
+	int rc = fanout_run(n->e, &b, &ev);
+
+	CHECK(rc == 0);
+	/* the nested run restored this thread's current child */
+	CHECK(fanout_current_child() == c);
+	CHECK(fanout_child_depth(c) == depth);
+	if (rc == 0 && ev) {
+		CHECK(ev->nresults == n->fan);
+		CHECK(ev->status == FANOUT_COMPLETED);
+		for (unsigned i = 0; i < ev->nresults; i++) {
+			CHECK(ev->results[i].index == i);
+			CHECK(ev->results[i].status == FANOUT_COMPLETED);
+		}
+		fanout_event_free(ev);
+	}
+	return 0;
+}
+
+static int pow_u(unsigned b, int e)
+{
+	int r = 1;
+
+	while (e-- > 0)
+		r *= (int)b;
+	return r;
+}
+
+static void nested(unsigned workers, unsigned max_depth, int levels,
+		   unsigned fan, bool background)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = workers, .max_depth = max_depth,
+			   .flags = FANOUT_NO_PIN);
+	atomic_int leaves = 0, maxdepth = 0;
+	struct nest top = { e, levels, fan, 1, &leaves, &maxdepth };
+	struct fanout_task t[8];
+	struct fanout_event *ev = NULL;
+
+	for (unsigned i = 0; i < fan; i++)
+		t[i] = (struct fanout_task){ "top", nest_fn, &top };
+	struct fanout_batch b = { .tasks = t, .ntasks = fan };
+	if (background) {
+		assert_int_equal(fanout_dispatch(e, &b, NULL), 0);
+		ev = must_wait(fanout_default_sink(e));
+	} else {
+		assert_int_equal(fanout_run(e, &b, &ev), 0);
+	}
+	assert_int_equal(ev->nresults, fan);
+	assert_int_equal(ev->status, FANOUT_COMPLETED);
+	fanout_event_free(ev);
+	assert_int_equal(atomic_load(&leaves), pow_u(fan, levels + 1));
+	assert_int_equal(atomic_load(&maxdepth), levels + 1);
+	assert_null(fanout_current_child());
+	fanout_destroy(e);
+}
+
+static void run_nested_one_worker(void **state)
+{
+	nested(1, 2, 1, 3, false);
+}
+
+static void run_nested_one_worker_background(void **state)
+{
+	/* the only worker runs the parent; it must run the nested batch */
+	nested(1, 2, 1, 3, true);
+}
+
+static void run_nested_two_deep(void **state)
+{
+	nested(1, 3, 2, 3, false);
+	nested(1, 3, 2, 3, true);
+	nested(2, 3, 2, 3, true);
+}
+
+static void run_nested_wide_two_workers(void **state)
+{
+	nested(2, 2, 1, 8, true);
+}
+
+/* A child that tries every way of delegating one more level down. */
+struct tryer {
+	struct fanout_engine *e;
+	atomic_int count;
+	unsigned depth;
+	int rc_run, rc_dispatch, rc_delegate;
+};
+
+static int try_fn(struct fanout_child *c, void *arg)
+{
+	struct tryer *t = arg;
+	struct fanout_task task = { "too-deep", count_fn, &t->count };
+	struct fanout_batch b = { .tasks = &task, .ntasks = 1 };
+	struct fanout_event *ev = NULL;
+	fanout_id id = 0;
+
+	t->depth = fanout_child_depth(c);
+	t->rc_run = fanout_run(t->e, &b, &ev);
+	if (t->rc_run == 0)
+		fanout_event_free(ev);
+	ev = NULL;
+	t->rc_dispatch = fanout_dispatch(t->e, &b, &id);
+	t->rc_delegate = fanout_delegate(t->e, &b, &id, &ev);
+	if (t->rc_delegate == FANOUT_INLINE ||
+	    t->rc_delegate == FANOUT_INLINE_FULL)
+		fanout_event_free(ev);
+	return 0;
+}
+
+/* A child that runs one @fn(@arg) child synchronously (one level down). */
+struct wrap {
+	struct fanout_engine *e;
+	fanout_fn fn;
+	void *arg;
+};
+
+static int wrap_fn(struct fanout_child *c, void *arg)
+{
+	struct wrap *w = arg;
+	struct fanout_task task = { "wrap", w->fn, w->arg };
+	struct fanout_batch b = { .tasks = &task, .ntasks = 1 };
+	struct fanout_event *ev = NULL;
+
+	CHECK(fanout_run(w->e, &b, &ev) == 0);
+	if (ev) {
+		CHECK(ev->nresults == 1 &&
+		      ev->results[0].status == FANOUT_COMPLETED);
+		fanout_event_free(ev);
+	}
+	return 0;
+}
+
+static void run_depth_two_refuses_deeper(void **state)
+{
+	/* default max_depth is 2 */
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	struct tryer t = { .e = e };
+	struct wrap w = { e, try_fn, &t };
+	struct fanout_task task = { "top", wrap_fn, &w };
+	struct fanout_batch b = { .tasks = &task, .ntasks = 1 };
+	struct fanout_event *ev = NULL;
+
+	assert_int_equal(fanout_run(e, &b, &ev), 0);
+	assert_int_equal(ev->status, FANOUT_COMPLETED);
+	fanout_event_free(ev);
+	assert_int_equal(t.depth, 2);
+	assert_int_equal(t.rc_run, -ELOOP);
+	assert_int_equal(t.rc_dispatch, -ELOOP);
+	assert_int_equal(t.rc_delegate, -ELOOP);
+	assert_int_equal(atomic_load(&t.count), 0);
+	assert_no_event(fanout_default_sink(e));
+	struct fanout_stats st = stats_of(e);
+	assert_int_equal(st.rejected, 3);
+	assert_int_equal(st.dispatched, 0);
+	assert_int_equal(st.runs, 2);
+	fanout_destroy(e);
+}
+
+static void run_depth_two_from_background(void **state)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .max_depth = 2,
+					     .flags = FANOUT_NO_PIN);
+	struct tryer t = { .e = e };
+	struct wrap w = { e, try_fn, &t };
+	struct fanout_task task = { "top", wrap_fn, &w };
+	struct fanout_batch b = { .tasks = &task, .ntasks = 1 };
+
+	assert_int_equal(fanout_dispatch(e, &b, NULL), 0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	fanout_event_free(ev);
+	assert_int_equal(t.depth, 2);
+	assert_int_equal(t.rc_run, -ELOOP);
+	assert_int_equal(t.rc_dispatch, -ELOOP);
+	assert_int_equal(t.rc_delegate, -ELOOP);
+	assert_int_equal(atomic_load(&t.count), 0);
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+}
+
+static void run_max_depth_one_refuses_nested(void **state)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = 1, .max_depth = 1,
+					     .flags = FANOUT_NO_PIN);
+	struct tryer t = { .e = e };
+	struct fanout_task task = { "top", try_fn, &t };
+	struct fanout_batch b = { .tasks = &task, .ntasks = 1 };
+	struct fanout_event *ev = NULL;
+
+	assert_int_equal(fanout_run(e, &b, &ev), 0);
+	fanout_event_free(ev);
+	assert_int_equal(t.depth, 1);
+	assert_int_equal(t.rc_run, -ELOOP);
+	assert_int_equal(t.rc_dispatch, -ELOOP);
+	assert_int_equal(t.rc_delegate, -ELOOP);
+	assert_int_equal(atomic_load(&t.count), 0);
+
+	/* top level still works */
+	struct tbatch *tb = tb_new(3);
+	assert_int_equal(fanout_run(e, &tb->b, &ev), 0);
+	check_all_completed(ev, tb);
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(tb->probes[i].depth, 1);
+	fanout_event_free(ev);
+	tb_free(tb);
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+}
+
+static void run_child_depths(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	struct tbatch *tb = tb_new(4);
+	struct fanout_event *ev = NULL;
+
+	assert_int_equal(fanout_run(e, &tb->b, &ev), 0);
+	for (unsigned i = 0; i < 4; i++)
+		assert_int_equal(tb->probes[i].depth, 1);
+	fanout_event_free(ev);
+	tb_free(tb);
+
+	tb = tb_new(4);
+	must_dispatch(e, tb);
+	ev = must_wait(fanout_default_sink(e));
+	for (unsigned i = 0; i < 4; i++)
+		assert_int_equal(tb->probes[i].depth, 1);
+	fanout_event_free(ev);
+
+	/* one level down: depth 2 */
+	struct tbatch *inner = tb_new(3);
+	struct wrap w = { e, probe_fn, &inner->probes[0] };
+	struct fanout_task task = { "top", wrap_fn, &w };
+	struct fanout_batch b = { .tasks = &task, .ntasks = 1 };
+	assert_int_equal(fanout_run(e, &b, &ev), 0);
+	fanout_event_free(ev);
+	assert_int_equal(atomic_load(&inner->probes[0].runs), 1);
+	assert_int_equal(inner->probes[0].depth, 2);
+	tb_free(inner);
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
+static void current_child_outside_null(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	struct tbatch *tb = tb_new(3);
+	struct fanout_event *ev = NULL;
+
+	assert_null(fanout_current_child());
+	/* probe_fn CHECKs fanout_current_child() == c inside */
+	assert_int_equal(fanout_run(e, &tb->b, &ev), 0);
+	check_all_completed(ev, tb);
+	fanout_event_free(ev);
+	/* the caller may have run children itself: restored to NULL */
+	assert_null(fanout_current_child());
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
+static void *run_in_thread(void *arg)
+{
+	struct fanout_engine *e = arg;
+	struct probe p;
+	memset(&p, 0, sizeof(p));
+	struct fanout_task t = { "t", probe_fn, &p };
+	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct fanout_event *ev = NULL;
+
+	CHECK(fanout_current_child() == NULL);
+	CHECK(fanout_run(e, &b, &ev) == 0);
+	CHECK(fanout_current_child() == NULL);
+	CHECK(atomic_load(&p.runs) == 1);
+	fanout_event_free(ev);
+	return NULL;
+}
+
+static void run_from_unregistered_threads(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	pthread_t t[4];
+
+	for (int i = 0; i < 4; i++)
+		t[i] = spawn(run_in_thread, e);
+	for (int i = 0; i < 4; i++)
+		join(t[i]);
+	assert_int_equal(stats_of(e).runs, 4);
+	fanout_destroy(e);
+}
+
+/*
+ * The only worker is stuck in a long background child; fanout_run from the
+ * main thread still completes because the caller runs its own children.
+ */
+static void run_caller_helps(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	atomic_int gate = 0;
+	struct tbatch *blocker = tb_new(1);
+	struct tbatch *tb = tb_new(5);
+	struct fanout_event *ev = NULL;
+
+	blocker->probes[0].gate = &gate;
+	fanout_id bid = must_dispatch(e, blocker);
+	assert_true(wait_ge(&blocker->probes[0].runs, 1, WAIT_MS));
+
+	assert_int_equal(fanout_run(e, &tb->b, &ev), 0);
+	check_all_completed(ev, tb);
+	for (unsigned i = 0; i < 5; i++)
+		assert_true(pthread_equal(tb->probes[i].thread,
+					  pthread_self()));
+	fanout_event_free(ev);
+
+	atomic_store(&gate, 1);
+	ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == bid);
+	check_all_completed(ev, blocker);
+	fanout_event_free(ev);
+	tb_free(tb);
+	tb_free(blocker);
+	fanout_destroy(e);
+}
+
+/* fanout_run does not take a max_async slot. */
+static void run_ignores_max_async(void **state)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .max_async = 1,
+					     .flags = FANOUT_NO_PIN);
+	atomic_int gate = 0;
+	struct tbatch *blocker = tb_new(1);
+	struct tbatch *tb = tb_new(3);
+	struct fanout_event *ev = NULL;
+
+	blocker->probes[0].gate = &gate;
+	must_dispatch(e, blocker);
+	assert_int_equal(fanout_dispatch(e, &tb->b, NULL), -EBUSY);
+	assert_int_equal(fanout_run(e, &tb->b, &ev), 0);
+	check_all_completed(ev, tb);
+	fanout_event_free(ev);
+	atomic_store(&gate, 1);
+	ev = must_wait(fanout_default_sink(e));
+	fanout_event_free(ev);
+	tb_free(tb);
+	tb_free(blocker);
+	fanout_destroy(e);
+}
+
+/* Children of fanout_run may dispatch in the background. */
+struct bg_from_child {
+	struct fanout_engine *e;
+	struct tbatch *tb;
+	fanout_id id;
+	int rc;
+};
+
+static int bg_from_child_fn(struct fanout_child *c, void *arg)
+{
+	struct bg_from_child *g = arg;
+
+	(void)c;
+	g->rc = fanout_dispatch(g->e, &g->tb->b, &g->id);
+	return 0;
+}
+
+static void run_child_dispatches_background(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	struct bg_from_child g = { .e = e, .tb = tb_new(3) };
+	struct fanout_task t = { "parent", bg_from_child_fn, &g };
+	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct fanout_event *ev = NULL;
+
+	assert_int_equal(fanout_run(e, &b, &ev), 0);
+	fanout_event_free(ev);
+	assert_int_equal(g.rc, 0);
+	ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == g.id);
+	check_all_completed(ev, g.tb);
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(g.tb->probes[i].depth, 2);
+	fanout_event_free(ev);
+	tb_free(g.tb);
+	fanout_destroy(e);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		TC(run_returns_event),
+		TC(run_error_outcomes_in_event),
+		TC(run_bad_input),
+		TC(run_nested_one_worker),
+		TC(run_nested_one_worker_background),
+		TC(run_nested_two_deep),
+		TC(run_nested_wide_two_workers),
+		TC(run_depth_two_refuses_deeper),
+		TC(run_depth_two_from_background),
+		TC(run_max_depth_one_refuses_nested),
+		TC(run_child_depths),
+		TC(current_child_outside_null),
+		TC(run_from_unregistered_threads),
+		TC(run_caller_helps),
+		TC(run_ignores_max_async),
+		TC(run_child_dispatches_background),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
