@@ -22,9 +22,10 @@ EXTRA_CFLAGS ?=
 CFLAGS_plain := -O2 -DFANOUT_JEMALLOC
 LIBS_plain   := -ljemalloc
 CFLAGS_asan  := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
-	-fno-sanitize-recover=undefined
+	-fno-sanitize-recover=undefined -DFANOUT_NO_LGPL
 LIBS_asan    := -fsanitize=address,undefined
-CFLAGS_tsan  := -O1 -fno-omit-frame-pointer -fsanitize=thread
+CFLAGS_tsan  := -O1 -fno-omit-frame-pointer -fsanitize=thread \
+	-DFANOUT_NO_LGPL -Wno-tsan
 LIBS_tsan    := -fsanitize=thread
 
 LIB_SRC   := $(sort $(wildcard queue/*.c lib/*.c))

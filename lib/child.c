@@ -20,7 +20,7 @@
 char *fanout__str_dup(const char *s, size_t len)
 {
 	size_t size = sizeof(size_t) + len + 1;
-	size_t *p = fanout__alloc(size);
+	size_t *p = fanout__alloc_small(size);
 	char *d;
 
 	if (!p)
@@ -39,7 +39,7 @@ void fanout__str_free(const char *s)
 	if (!s)
 		return;
 	p = (size_t *)(void *)s - 1;
-	fanout__free(p, *p);
+	fanout__free_small(p, *p);
 }
 
 bool fanout_interrupted(const struct fanout_child *c)

@@ -12,7 +12,13 @@
 #ifndef FANOUT_LIB_INTERNAL_H
 #define FANOUT_LIB_INTERNAL_H
 
+/* The shipped build inlines liburcu's fast paths (_LGPL_SOURCE).  Sanitizer
+ * builds call the library instead: its inline reader code trips UBSan's
+ * alignment check inside liburcu 0.13 itself (urcu_bp_reader), and TSan
+ * cannot see its atomics (see tests/tsan.supp). */
+#ifndef FANOUT_NO_LGPL
 #define _LGPL_SOURCE
+#endif
 #include <urcu-bp.h>
 #include <urcu/rculfhash.h>
 #include <urcu/wfcqueue.h>
@@ -37,6 +43,13 @@ extern int fanout__rcu_token;
 		FQ_HANDOFF_RELEASE(&fanout__rcu_token);                       \
 		rcu_read_unlock();                                            \
 	} while (0)
+
+/* Iterate a cds_lfht without liburcu's for_each_entry, whose container_of
+ * on the terminating NULL is undefined behaviour (UBSan flags it). */
+#define fanout__lfht_for_each(ht, iter, node)                                 \
+	for (cds_lfht_first((ht), (iter));                                    \
+	     ((node) = cds_lfht_iter_get_node(iter)) != NULL;                 \
+	     cds_lfht_next((ht), (iter)))
 
 /* Which result strings of a child were allocated by fanout_set_*(). */
 #define OWN_ERROR 0x1u

@@ -338,12 +338,14 @@ int fanout__sinks_init(struct fanout_engine *e)
 void fanout__sinks_destroy(struct fanout_engine *e)
 {
 	struct cds_lfht_iter iter;
+	struct cds_lfht_node *node;
 	struct fanout_sink *s;
 
 	if (!e->sinks)
 		return;
 	fanout__read_lock();
-	cds_lfht_for_each_entry(e->sinks, &iter, s, node) {
+	fanout__lfht_for_each(e->sinks, &iter, node) {
+		s = caa_container_of(node, __typeof__(*s), node);
 		FQ_HANDOFF_ACQUIRE(s);
 		sink_free(s);
 	}

@@ -114,10 +114,12 @@ void fanout__table_retire(struct fanout_engine *e, struct record *rec)
 void fanout__table_cancel_all(struct fanout_engine *e, unsigned how)
 {
 	struct cds_lfht_iter iter;
+	struct cds_lfht_node *node;
 	struct record *rec;
 
 	fanout__read_lock();
-	cds_lfht_for_each_entry(e->table, &iter, rec, node) {
+	fanout__lfht_for_each(e->table, &iter, node) {
+		rec = caa_container_of(node, __typeof__(*rec), node);
 		FQ_HANDOFF_ACQUIRE(rec);
 		fanout__cancel_rec(rec, how);
 	}
@@ -128,13 +130,15 @@ void fanout__table_cancel_all(struct fanout_engine *e, unsigned how)
 void fanout__table_destroy(struct fanout_engine *e)
 {
 	struct cds_lfht_iter iter;
+	struct cds_lfht_node *node;
 	struct record *rec;
 	unsigned i;
 
 	if (!e->table)
 		return;
 	fanout__read_lock();
-	cds_lfht_for_each_entry(e->table, &iter, rec, node) {
+	fanout__lfht_for_each(e->table, &iter, node) {
+		rec = caa_container_of(node, __typeof__(*rec), node);
 		FQ_HANDOFF_ACQUIRE(rec);
 		evict(e, rec);
 	}
@@ -242,15 +246,17 @@ int fanout_list(struct fanout_engine *e, struct fanout_info *infos, size_t cap,
 		size_t *n)
 {
 	struct cds_lfht_iter iter;
+	struct cds_lfht_node *node;
 	struct record *rec;
 	size_t seen = 0, used = 0;
 
 	if (!e || !n || (!infos && cap))
 		return -EINVAL;
 	fanout__read_lock();
-	cds_lfht_for_each_entry(e->table, &iter, rec, node) {
+	fanout__lfht_for_each(e->table, &iter, node) {
 		struct fanout_info info;
 
+		rec = caa_container_of(node, struct record, node);
 		FQ_HANDOFF_ACQUIRE(rec);
 		seen++;
 		if (!cap)

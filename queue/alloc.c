@@ -10,16 +10,50 @@
 
 #ifdef FANOUT_JEMALLOC
 #include <jemalloc/jemalloc.h>
+#define CL_FLAGS MALLOCX_ALIGN(ALLOC_ALIGN)
 #endif
 
 _Atomic long fanout__fail_alloc_at;
 
-void *fanout__alloc(size_t size)
+static int injected_failure(void)
 {
 	/* relaxed: a test knob; it orders nothing. */
-	if (atomic_load_explicit(&fanout__fail_alloc_at, memory_order_relaxed) > 0 &&
-	    atomic_fetch_sub_explicit(&fanout__fail_alloc_at, 1,
-				      memory_order_relaxed) == 1)
+	return atomic_load_explicit(&fanout__fail_alloc_at, memory_order_relaxed) > 0 &&
+	       atomic_fetch_sub_explicit(&fanout__fail_alloc_at, 1,
+					 memory_order_relaxed) == 1;
+}
+
+static inline size_t round_up(size_t size)
+{
+	return (size + ALLOC_ALIGN - 1) & ~(size_t)(ALLOC_ALIGN - 1);
+}
+
+void *fanout__alloc(size_t size)
+{
+	if (injected_failure())
+		return NULL;
+#ifdef FANOUT_JEMALLOC
+	return mallocx(size ? size : 1, CL_FLAGS);
+#else
+	return aligned_alloc(ALLOC_ALIGN, round_up(size ? size : 1));
+#endif
+}
+
+void fanout__free(void *p, size_t size)
+{
+	if (!p)
+		return;
+#ifdef FANOUT_JEMALLOC
+	sdallocx(p, size ? size : 1, CL_FLAGS);
+#else
+	(void)size;
+	free(p);
+#endif
+}
+
+void *fanout__alloc_small(size_t size)
+{
+	if (injected_failure())
 		return NULL;
 #ifdef FANOUT_JEMALLOC
 	return mallocx(size ? size : 1, 0);
@@ -28,7 +62,7 @@ void *fanout__alloc(size_t size)
 #endif
 }
 
-void fanout__free(void *p, size_t size)
+void fanout__free_small(void *p, size_t size)
 {
 	if (!p)
 		return;

@@ -14,8 +14,13 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+/* Cache-line aligned (our structs put hot counters on their own lines). */
+#define ALLOC_ALIGN 64
 void *fanout__alloc(size_t size);
 void fanout__free(void *p, size_t size);
+/* Natural alignment, for strings. */
+void *fanout__alloc_small(size_t size);
+void fanout__free_small(void *p, size_t size);
 /* Fault injection: when > 0, the allocation that takes it to 0 fails. */
 extern _Atomic long fanout__fail_alloc_at;
 

@@ -1,26 +1,30 @@
 /*
  * park_wake.pml - idle worker park / wake handshake: no lost wakeup.
  *
- * What it models (queue/ idle path, see tests/models/README.md):
- * Producer (dispatch, or a child finishing work for others), per item:
- *     enqueue(item);
- *     seq++;                       atomic RMW, full barrier
- *     if (nidle > 0) futex_wake(&seq, 1);
+ * What it models (queue/fq.c: the worker loop's park path, fq_ec_prepare,
+ * fq_ec_wait, fq_ec_done, fq_ec_signal, fq_submit; `nidle` here is the
+ * eventcount's `waiters`; see tests/models/README.md):
+ * Producer (fq_submit), per item:
+ *     enqueue(item);                             P1
+ *     seq++;                       seq_cst RMW   P2
+ *     if (nidle > 0) futex_wake(&seq, 1);        P3 (seq_cst load)
  * Worker:
  *     for (;;) {
  *         if (dequeue()) { run; continue; }
- *         nidle++;                 atomic RMW, full barrier
- *         v = seq;
- *         if (dequeue()) { nidle--; run; continue; }
- *         futex_wait(&seq, v);     sleeps only while seq == v
+ *         nidle++;                 seq_cst RMW   W1
+ *         v = seq;                 seq_cst load  W2
+ *         if (dequeue()) { nidle--; run; continue; }          W3
+ *         futex_wait(&seq, v);     sleeps only while seq == v  W4
  *         nidle--;
  *     }
  * futex_wait/futex_wake are modelled as the kernel does them: wait checks
  * the word and queues the caller as a waiter in one atomic step (the hash
- * bucket lock), then sleeps until a wake dequeues it; wake(n=1) releases
- * one queued waiter, if there is any, and is a no-op otherwise. The spin
- * phase before parking is left out: it only delays the park and changes no
- * outcome.
+ * bucket lock), then sleeps until a wake dequeues it; wake(n) releases up
+ * to n queued waiters - any of them, chosen nondeterministically - and is a
+ * no-op when none is queued. The spin phase before parking is left out: it
+ * only delays the park and changes no outcome. With -DBATCH the producer
+ * is fq_submit() proper: it enqueues all K tokens, bumps seq once and wakes
+ * up to K sleepers with one call.
  *
  * Property 1 (safety, gcc -DSAFETY): no lost wakeup. The producer makes
  * K items and stops; workers loop forever. When the whole system can no
@@ -36,8 +40,11 @@
  * system ever coming to rest, which property 1 alone could not see. Every
  * execution ends, so property 1's end-of-run check covers them all.
  *
+ * Sizes: W workers (2 or 3), K items (2); spin -DW=3 -DK=3 widens it.
+ *
  * Variants (spin -DBUG=n -a park_wake.pml):
- *   (none)  the protocol above: must verify with errors: 0.
+ *   (none)  the protocol above: must verify with errors: 0 (also with
+ *           -DBATCH).
  *   BUG=1   check-then-publish: the producer reads nidle BEFORE enqueueing
  *           and bumping seq; a worker that goes idle in between parks on the
  *           new seq value and is never woken, with an item queued.
@@ -50,11 +57,16 @@
  *           -DNP run of the correct variant, which finds no cycle at all, is
  *           not vacuous: there an idle system always comes to rest.
  *
- * Spin explores sequentially consistent interleavings only. The two
- * "full barrier" RMWs are what make the C code behave so here: it is the
- * store-buffering (Dekker) pattern, producer "store item/seq; load nidle"
- * against worker "store nidle; load seq/queue", and each side needs a
- * full barrier (seq_cst RMW) between its store and its load.
+ * Spin explores sequentially consistent interleavings only. The handshake
+ * is the store-buffering (Dekker) pattern - producer "write seq; read
+ * nidle" against worker "write nidle; read seq" - and it is the seq_cst
+ * order on W1, W2, P2, P3 (fq.c, argument 2) that rules out the outcome
+ * where both reads are stale, which no SC interleaving has. The enqueue
+ * itself (P1) is not seq_cst; the worker's W3 still sees it because W2
+ * reads P2's value (or a later one), and P2 is a release that W2 acquires
+ * with P1 sequenced before it. A weaker P2/P3/W1/W2 (e.g. acq_rel RMW plus
+ * a relaxed/acquire load, without a seq_cst fence) would be outside what
+ * this model checks.
  */
 
 #ifndef W

@@ -1,0 +1,545 @@
+/* SPDX-License-Identifier: MIT */
+/* test_sink.c - sinks: poll, wait, routing, the eventfd, destroy, -EBUSY. */
+#include <poll.h>
+
+#include "common.h"
+
+static struct fanout_engine *eng2(void)
+{
+	return NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+}
+
+/* Is @fd readable?  @ms: 0 = right now; else wait at most that long. */
+static bool fd_readable(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	int rc;
+
+	do
+		rc = poll(&p, 1, ms);
+	while (rc < 0 && errno == EINTR);
+	assert_true(rc >= 0);
+	return rc == 1 && (p.revents & POLLIN);
+}
+
+static void sink_bad_args(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct fanout_sink *s = NULL;
+	struct fanout_event *ev = NULL;
+
+	assert_int_equal(fanout_sink_create(NULL, &s), -EINVAL);
+	assert_int_equal(fanout_sink_create(e, NULL), -EINVAL);
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	assert_int_equal(fanout_poll(NULL, &ev), -EINVAL);
+	assert_int_equal(fanout_poll(s, NULL), -EINVAL);
+	assert_int_equal(fanout_wait(NULL, &ev, 10), -EINVAL);
+	assert_int_equal(fanout_wait(s, NULL, 10), -EINVAL);
+	assert_int_equal(fanout_sink_fd(NULL), -EINVAL);
+	assert_int_equal(fanout_sink_destroy(NULL), -EINVAL);
+	assert_int_equal(fanout_sink_destroy(s), 0);
+	fanout_event_free(NULL); /* no-op */
+	fanout_destroy(e);
+}
+
+static void sink_poll_empty(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct fanout_sink *s = NULL;
+	struct fanout_event *ev = NULL;
+
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	assert_int_equal(fanout_poll(s, &ev), -EAGAIN);
+	assert_int_equal(fanout_poll(fanout_default_sink(e), &ev), -EAGAIN);
+	assert_int_equal(fanout_sink_destroy(s), 0);
+	fanout_destroy(e);
+}
+
+static void sink_wait_timeout(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct fanout_sink *s = NULL;
+	struct fanout_event *ev = NULL;
+
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	assert_int_equal(fanout_wait(s, &ev, 20), -ETIMEDOUT);
+	assert_int_equal(fanout_wait(fanout_default_sink(e), &ev, 1),
+			 -ETIMEDOUT);
+	/* timeout 0 "is fanout_poll()": -EAGAIN (-ETIMEDOUT tolerated) */
+	int rc = fanout_wait(s, &ev, 0);
+	assert_true(rc == -EAGAIN || rc == -ETIMEDOUT);
+	assert_int_equal(fanout_sink_destroy(s), 0);
+	fanout_destroy(e);
+}
+
+static void sink_wait_zero_returns_waiting_event(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct tbatch *tb = tb_new(1);
+	fanout_id id = must_dispatch(e, tb);
+	struct fanout_event *ev = NULL;
+
+	wait_finished(e, id);
+	assert_int_equal(fanout_wait(fanout_default_sink(e), &ev, 0), 0);
+	assert_true(ev->id == id);
+	fanout_event_free(ev);
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
+static void sink_wait_receives_later_event(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct fanout_sink *s = NULL;
+	struct tbatch *tb = tb_new(2);
+
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	tb->b.sink = s;
+	tb->probes[0].sleep_us = 30000; /* likely published while we sleep */
+	fanout_id id = must_dispatch(e, tb);
+	struct fanout_event *ev = must_wait(s);
+	assert_true(ev->id == id);
+	check_all_completed(ev, tb);
+	fanout_event_free(ev);
+
+	/* and with an infinite timeout */
+	memset(tb->probes, 0, sizeof(tb->probes[0]) * tb->n);
+	tb->probes[1].sleep_us = 30000;
+	id = must_dispatch(e, tb);
+	ev = NULL;
+	assert_int_equal(fanout_wait(s, &ev, -1), 0);
+	assert_true(ev->id == id);
+	check_all_completed(ev, tb);
+	fanout_event_free(ev);
+	assert_int_equal(fanout_sink_destroy(s), 0);
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
+static bool has_id(const fanout_id *ids, int n, fanout_id id)
+{
+	for (int i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+static void sink_routing_two_sinks(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct fanout_sink *s1 = NULL, *s2 = NULL;
+	struct tbatch *tb[5];
+	fanout_id id1[3], id2[2];
+	int seen1[3] = { 0 }, seen2[2] = { 0 };
+
+	assert_int_equal(fanout_sink_create(e, &s1), 0);
+	assert_int_equal(fanout_sink_create(e, &s2), 0);
+	assert_ptr_not_equal(s1, s2);
+	assert_int_not_equal(fanout_sink_fd(s1), fanout_sink_fd(s2));
+	for (int i = 0; i < 5; i++) {
+		tb[i] = tb_new(2);
+		tb[i]->b.sink = i < 3 ? s1 : s2;
+		fanout_id id = must_dispatch(e, tb[i]);
+		if (i < 3)
+			id1[i] = id;
+		else
+			id2[i - 3] = id;
+	}
+	for (int i = 0; i < 3; i++) {
+		struct fanout_event *ev = must_wait(s1);
+		assert_true(has_id(id1, 3, ev->id));
+		for (int j = 0; j < 3; j++)
+			seen1[j] += ev->id == id1[j];
+		fanout_event_free(ev);
+	}
+	for (int i = 0; i < 2; i++) {
+		struct fanout_event *ev = must_wait(s2);
+		assert_true(has_id(id2, 2, ev->id));
+		for (int j = 0; j < 2; j++)
+			seen2[j] += ev->id == id2[j];
+		fanout_event_free(ev);
+	}
+	for (int j = 0; j < 3; j++)
+		assert_int_equal(seen1[j], 1);
+	for (int j = 0; j < 2; j++)
+		assert_int_equal(seen2[j], 1);
+	assert_no_event(s1);
+	assert_no_event(s2);
+	assert_no_event(fanout_default_sink(e));
+	for (int i = 0; i < 5; i++)
+		tb_free(tb[i]);
+	assert_int_equal(fanout_sink_destroy(s1), 0);
+	assert_int_equal(fanout_sink_destroy(s2), 0);
+	fanout_destroy(e);
+}
+
+static void sink_null_means_default(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct fanout_sink *s = NULL;
+	struct tbatch *tb = tb_new(1);
+
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	tb->b.sink = NULL;
+	fanout_id id = must_dispatch(e, tb);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	fanout_event_free(ev);
+	assert_no_event(s);
+
+	/* and naming the default sink explicitly is the same */
+	memset(tb->probes, 0, sizeof(tb->probes[0]));
+	tb->b.sink = fanout_default_sink(e);
+	id = must_dispatch(e, tb);
+	ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	fanout_event_free(ev);
+	assert_no_event(s);
+	assert_int_equal(fanout_sink_destroy(s), 0);
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
+static void sink_oldest_first(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct tbatch *tb[3];
+	fanout_id id[3];
+
+	for (int i = 0; i < 3; i++) {
+		tb[i] = tb_new(1);
+		id[i] = must_dispatch(e, tb[i]);
+		wait_finished(e, id[i]);
+	}
+	for (int i = 0; i < 3; i++) {
+		struct fanout_event *ev = NULL;
+
+		assert_int_equal(fanout_poll(fanout_default_sink(e), &ev), 0);
+		assert_true(ev->id == id[i]);
+		fanout_event_free(ev);
+		tb_free(tb[i]);
+	}
+	fanout_destroy(e);
+}
+
+static void sink_fd_readable_iff_events(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct fanout_sink *s = NULL;
+	atomic_int gate = 0;
+	struct tbatch *tb = tb_new(1);
+	struct fanout_event *ev = NULL;
+
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	int fd = fanout_sink_fd(s);
+	assert_true(fd >= 0);
+	assert_int_equal(fanout_sink_fd(s), fd);
+	assert_true(fanout_sink_fd(fanout_default_sink(e)) >= 0);
+	assert_int_not_equal(fanout_sink_fd(fanout_default_sink(e)), fd);
+	assert_false(fd_readable(fd, 0)); /* no event ever arrived */
+
+	tb->b.sink = s;
+	tb->probes[0].gate = &gate;
+	fanout_id id = must_dispatch(e, tb);
+	assert_true(wait_ge(&tb->probes[0].runs, 1, WAIT_MS));
+	assert_false(fd_readable(fd, 0)); /* running, nothing published */
+	atomic_store(&gate, 1);
+	assert_true(fd_readable(fd, WAIT_MS));
+	assert_int_equal(fanout_poll(s, &ev), 0);
+	assert_true(ev->id == id);
+	fanout_event_free(ev);
+	assert_int_equal(fanout_poll(s, &ev), -EAGAIN);
+	assert_false(fd_readable(fd, 0));
+
+	/* two events: readable until the second is taken and a poll is empty */
+	fanout_id ids[2];
+	for (int i = 0; i < 2; i++) {
+		memset(tb->probes, 0, sizeof(tb->probes[0]));
+		ids[i] = must_dispatch(e, tb);
+		wait_finished(e, ids[i]);
+	}
+	assert_true(fd_readable(fd, 0));
+	assert_int_equal(fanout_poll(s, &ev), 0);
+	fanout_event_free(ev);
+	assert_true(fd_readable(fd, 0)); /* one still waits */
+	assert_int_equal(fanout_poll(s, &ev), 0);
+	fanout_event_free(ev);
+	assert_int_equal(fanout_poll(s, &ev), -EAGAIN);
+	assert_false(fd_readable(fd, 0));
+
+	/* fanout_wait drains it too */
+	memset(tb->probes, 0, sizeof(tb->probes[0]));
+	id = must_dispatch(e, tb);
+	assert_true(fd_readable(fd, WAIT_MS));
+	ev = must_wait(s);
+	assert_true(ev->id == id);
+	fanout_event_free(ev);
+	assert_int_equal(fanout_wait(s, &ev, 1), -ETIMEDOUT);
+	assert_false(fd_readable(fd, 0));
+
+	assert_int_equal(fanout_sink_destroy(s), 0);
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
+static void sink_destroy_default_einval(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct tbatch *tb = tb_new(1);
+
+	assert_int_equal(fanout_sink_destroy(fanout_default_sink(e)), -EINVAL);
+	/* still works */
+	fanout_id id = must_dispatch(e, tb);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	fanout_event_free(ev);
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
+static void sink_destroy_busy_while_running(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct fanout_sink *s = NULL;
+	atomic_int gate = 0;
+	struct tbatch *tb = tb_new(3);
+
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	tb->b.sink = s;
+	tb_gate(tb, &gate);
+	fanout_id id = must_dispatch(e, tb);
+	assert_int_equal(fanout_sink_destroy(s), -EBUSY);
+	assert_int_equal(fanout_sink_destroy(s), -EBUSY);
+	/* nothing was freed: the sink still works */
+	struct fanout_event *ev = NULL;
+	assert_int_equal(fanout_poll(s, &ev), -EAGAIN);
+	atomic_store(&gate, 1);
+	ev = must_wait(s);
+	assert_true(ev->id == id);
+	check_all_completed(ev, tb);
+	fanout_event_free(ev);
+	assert_int_equal(fanout_sink_destroy(s), 0);
+	assert_no_event(fanout_default_sink(e));
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
+static void sink_destroy_frees_undrained(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct fanout_sink *s = NULL;
+	struct tbatch *tb[3];
+
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	for (int i = 0; i < 3; i++) {
+		tb[i] = tb_new(2);
+		tb[i]->b.sink = s;
+		tb[i]->b.context = "undrained context";
+		tb[i]->probes[0].summary = "a summary that must be freed";
+		wait_finished(e, must_dispatch(e, tb[i]));
+	}
+	/* all three published, none polled: idle, so destroy frees them */
+	assert_int_equal(fanout_sink_destroy(s), 0);
+	for (int i = 0; i < 3; i++)
+		tb_free(tb[i]);
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+}
+
+/* fanout_destroy frees created sinks and their undrained events. */
+static void engine_destroy_frees_sinks(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct fanout_sink *s[3];
+	struct tbatch *tb = tb_new(1);
+
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(fanout_sink_create(e, &s[i]), 0);
+		tb->b.sink = s[i];
+		wait_finished(e, must_dispatch(e, tb));
+	}
+	tb->b.sink = NULL;
+	wait_finished(e, must_dispatch(e, tb));
+	fanout_destroy(e);
+	tb_free(tb);
+}
+
+static void sink_of_other_engine_einval(void **state)
+{
+	struct fanout_engine *e1 = eng2();
+	struct fanout_engine *e2 = eng2();
+	struct fanout_sink *s2 = NULL;
+	struct tbatch *tb = tb_new(2);
+	fanout_id id = 0;
+
+	assert_int_equal(fanout_sink_create(e2, &s2), 0);
+	tb->b.sink = s2;
+	assert_int_equal(fanout_dispatch(e1, &tb->b, &id), -EINVAL);
+	tb->b.sink = fanout_default_sink(e2);
+	assert_int_equal(fanout_dispatch(e1, &tb->b, &id), -EINVAL);
+	assert_int_equal(stats_of(e1).rejected, 2);
+	assert_int_equal(stats_of(e1).dispatched, 0);
+	sleep_ms(10);
+	assert_int_equal(tb_runs(tb), 0);
+	assert_no_event(s2);
+	assert_no_event(fanout_default_sink(e2));
+	assert_no_event(fanout_default_sink(e1));
+
+	/* fanout_run ignores batch->sink */
+	struct fanout_event *ev = NULL;
+	tb->b.sink = s2;
+	assert_int_equal(fanout_run(e1, &tb->b, &ev), 0);
+	check_all_completed(ev, tb);
+	fanout_event_free(ev);
+	assert_no_event(s2);
+
+	assert_int_equal(fanout_sink_destroy(s2), 0);
+	tb_free(tb);
+	fanout_destroy(e1);
+	fanout_destroy(e2);
+}
+
+/* One consumer at a time: the second gets -EBUSY. */
+struct waiter {
+	struct fanout_sink *s;
+	atomic_int entering;
+	int rc;
+	struct fanout_event *ev;
+};
+
+static void *waiter_thread(void *arg)
+{
+	struct waiter *w = arg;
+
+	atomic_store(&w->entering, 1);
+	w->rc = fanout_wait(w->s, &w->ev, -1);
+	return NULL;
+}
+
+static void sink_concurrent_pollers_ebusy(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct fanout_sink *s = NULL;
+	struct waiter w = { 0 };
+	struct fanout_event *ev = NULL;
+	bool saw_busy = false;
+	int rc = 0;
+
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	w.s = s;
+	pthread_t t = spawn(waiter_thread, &w);
+	assert_true(wait_flag(&w.entering, WAIT_MS));
+	uint64_t end = mono_ms() + WAIT_MS;
+	while (mono_ms() < end) {
+		rc = fanout_poll(s, &ev);
+		if (rc == -EBUSY) {
+			saw_busy = true;
+			break;
+		}
+		if (rc != -EAGAIN) /* nothing was published: only these two */
+			break;
+		sleep_us(500);
+	}
+	int rc_wait = saw_busy ? fanout_wait(s, &ev, 10) : -EBUSY;
+
+	/* release the waiter whatever happened */
+	struct tbatch *tb = tb_new(1);
+	tb->b.sink = s;
+	fanout_id id = must_dispatch(e, tb);
+	join(t);
+
+	assert_true(saw_busy);
+	assert_int_equal(rc, -EBUSY);
+	assert_int_equal(rc_wait, -EBUSY);
+	assert_int_equal(w.rc, 0);
+	assert_non_null(w.ev);
+	assert_true(w.ev->id == id);
+	fanout_event_free(w.ev);
+	/* the consumer is gone: polling is fine again */
+	assert_int_equal(fanout_poll(s, &ev), -EAGAIN);
+	assert_int_equal(fanout_sink_destroy(s), 0);
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
+/* Two consumers on two sinks at once are independent. */
+struct drainer {
+	struct fanout_sink *s;
+	int want;
+	int got;
+};
+
+static void *drainer_thread(void *arg)
+{
+	struct drainer *d = arg;
+
+	while (d->got < d->want) {
+		struct fanout_event *ev = NULL;
+		int rc = fanout_wait(d->s, &ev, WAIT_MS);
+
+		CHECK(rc == 0);
+		if (rc)
+			break;
+		d->got++;
+		fanout_event_free(ev);
+	}
+	return NULL;
+}
+
+static void sink_consumers_on_two_sinks(void **state)
+{
+	enum { N = 40 };
+	struct fanout_engine *e = eng2();
+	struct fanout_sink *s[2];
+	struct drainer d[2];
+	pthread_t t[2];
+	atomic_int count = 0;
+	struct fanout_task task = { "c", count_fn, &count };
+
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(fanout_sink_create(e, &s[i]), 0);
+		d[i] = (struct drainer){ s[i], N, 0 };
+		t[i] = spawn(drainer_thread, &d[i]);
+	}
+	for (int k = 0; k < 2 * N; k++) {
+		struct fanout_batch b = { .tasks = &task, .ntasks = 1,
+					  .sink = s[k % 2] };
+		int rc;
+
+		while ((rc = fanout_dispatch(e, &b, NULL)) == -EBUSY)
+			sleep_us(100);
+		assert_int_equal(rc, 0);
+	}
+	for (int i = 0; i < 2; i++)
+		join(t[i]);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(d[i].got, N);
+		assert_no_event(s[i]);
+		assert_int_equal(fanout_sink_destroy(s[i]), 0);
+	}
+	assert_int_equal(atomic_load(&count), 2 * N);
+	fanout_destroy(e);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		TC(sink_bad_args),
+		TC(sink_poll_empty),
+		TC(sink_wait_timeout),
+		TC(sink_wait_zero_returns_waiting_event),
+		TC(sink_wait_receives_later_event),
+		TC(sink_routing_two_sinks),
+		TC(sink_null_means_default),
+		TC(sink_oldest_first),
+		TC(sink_fd_readable_iff_events),
+		TC(sink_destroy_default_einval),
+		TC(sink_destroy_busy_while_running),
+		TC(sink_destroy_frees_undrained),
+		TC(engine_destroy_frees_sinks),
+		TC(sink_of_other_engine_einval),
+		TC(sink_concurrent_pollers_ebusy),
+		TC(sink_consumers_on_two_sinks),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
