@@ -162,6 +162,8 @@ int bench_futex_wake(_Atomic uint32_t *w, int n);
  *             fanout_run); NULL if the engine has none.  Used when one
  *             batch at a time is in flight.
  * @rejected:  optional: calls refused for capacity so far (-EBUSY).
+ * @split_ok:  submit and join may be called from two different threads
+ *             (for different batches) at the same time: open-loop capable.
  */
 struct peer_ops {
 	const char *name;
@@ -175,6 +177,7 @@ struct peer_ops {
 	void (*join)(void *ctx, void *b);
 	void (*run)(void *ctx, void *b, unsigned n, const struct bwork *w);
 	uint64_t (*rejected)(void *ctx);
+	bool split_ok;
 };
 
 extern const struct peer_ops peer_fanout_dispatch;

@@ -592,9 +592,9 @@ FANOUT_API int fanout_wait(struct fanout_sink *s, struct fanout_event **ev,
  * fanout_sink_fd() - an eventfd that is readable while events wait.
  *
  * For epoll/poll loops: when it turns readable, call fanout_poll() until
- * -EAGAIN; the fd may stay readable until a poll finds the sink empty (a
- * spurious wakeup), but it is never unreadable while an event waits and no
- * poll is in progress.  Do not read() it yourself.  Owned by the sink.
+ * -EAGAIN; the fd may stay readable until a fanout_poll() (or a timed-out
+ * fanout_wait()) finds the sink empty (a spurious wakeup), but it is never
+ * unreadable while an event waits and no poll is in progress.  Do not read() it yourself.  Owned by the sink.
  * Return: the fd; -EINVAL for NULL.
  */
 FANOUT_API int fanout_sink_fd(struct fanout_sink *s);

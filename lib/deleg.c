@@ -368,8 +368,6 @@ static int check_batch(struct fanout_engine *e, const struct fanout_batch *b,
 	for (i = 0; i < b->ntasks; i++)
 		if (!b->tasks[i].fn)
 			return -EINVAL;
-	if (b->sink && b->sink->e != e)
-		return -EINVAL;
 	*depth = (cur ? cur->rec->depth : 0) + 1;
 	if (*depth > e->cfg.max_depth)
 		return -ELOOP;
@@ -489,6 +487,8 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	if (!e || !b)
 		return e ? reject(e, -EINVAL) : -EINVAL;
 	err = check_batch(e, b, &depth);
+	if (!err && b->sink && b->sink->e != e)
+		err = -EINVAL;
 	if (err)
 		return reject(e, err);
 	err = enter(e);

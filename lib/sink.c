@@ -245,6 +245,8 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 		if (!fq_ec_wait(&s->ec, v, deadline)) {
 			fq_ec_done(&s->ec);
 			rec = take(s); /* one last look at the deadline */
+			if (!rec)
+				disarm(s);
 			break;
 		}
 		fq_ec_done(&s->ec);

@@ -1,68 +1,135 @@
 /*
  * shutdown_drain.pml - fanout_shutdown() delivers every accepted event.
  *
- * What it models (lib/ dispatch + shutdown, see tests/models/README.md):
- * Dispatcher (fanout_dispatch, one per delegation, on any thread):
- *     inflight++;                          atomic RMW, full barrier
- *     if (stopping) { inflight--; return -ESHUTDOWN; }
+ * What it models (lib/deleg.c: enter, fanout_dispatch, recheck_shutdown,
+ * fanout__active_put, fanout__finalise, fanout__cancel_rec; and the
+ * fanout_shutdown protocol described in deleg.c "Shutdown"; see
+ * tests/models/README.md). e->active is `inflight` here (active is a
+ * Promela keyword).
+ *
+ * Dispatcher (fanout_dispatch, one per delegation, any thread):
+ *     active += 2;                  seq_cst RMW: the call + its record
+ *     if (shutting) { put(2); return -ESHUTDOWN; }
  *     insert the record into the table;
- *     if (stopping) cancel(record);        the re-check
- *     ... the delegation runs; it finishes on its own or, once cancelled,
- *     promptly; its finaliser publishes the event, THEN inflight--.
+ *     fq_submit(record);            the workers may run it from now on
+ *     fence; if (shutting) cancel(record);          the re-check
+ *     put(1);                       the call's unit, after its last
+ *                                   touch of the queue
+ * The record: its children are claimed either by a worker (after submit)
+ * or by a canceller (the join/cancel claim, reduced here to one claim
+ * word; join_cancel.pml checks the claim itself). Whoever claims them
+ * finalises. A worker's children either finish by themselves or run
+ * "forever", i.e. until they see the interrupt. A canceller that claims
+ * finalises at once (children reported interrupted).
+ *     finalise: publish the ONE event; then put(1)  (the record's unit)
+ *     put(n):   if (fetch_sub(active, n) == n && shutting) signal(drained)
  * fanout_shutdown():
- *     stopping = 1;                        store + full barrier
+ *     shutting = 1;                 store + full barrier
  *     for each record in the table: cancel(record);
- *     wait until inflight == 0;
- *     (now every accepted delegation must have published its event)
+ *     wait until active == 0        eventcount: prepare; re-check; sleep
+ *     stop the queue;
+ *     (every accepted delegation must have published its event by now)
+ * The drained eventcount is the same protocol as park_wake.pml: prepare
+ * (waiters++, v = seq), re-check active, futex_wait(seq, v); signal is
+ * seq++ then wake if waiters.
  *
- * A delegation's children are abstracted into one choice made when it
- * starts running: either it finishes by itself, or it runs "forever" - it
- * stops only when cancelled. So a record that nobody cancels during
- * shutdown keeps inflight above zero and shutdown waits forever: pan reports
- * that as an invalid end state (nothing here has an end label). cancel() is
- * idempotent (an atomic flag; the join/cancel race itself is
- * join_cancel.pml).
+ * Properties (safety; nothing has an end label, so any process stuck at
+ * the end - shutdown asleep, a record running because nobody interrupted
+ * it - is an invalid end state):
+ *   - fanout_shutdown always returns: no hang;
+ *   - when it returns, every accepted delegation has published its event,
+ *     exactly once, and a refused one never publishes;
+ *   - the queue is never stopped under a submit (no fq_submit after it).
  *
- * Properties (safety):
- *   - shutdown always returns (no invalid end state: nobody hangs);
- *   - when it returns, every delegation that was accepted has published
- *     its event, exactly once; a refused one never publishes;
- *   - at the very end every accepted delegation published exactly once.
+ * Sizes: D delegations (2) race one fanout_shutdown; spin -DD=3 widens it.
  *
  * Variants (spin -DBUG=n -a shutdown_drain.pml):
  *   (none)  the protocol above: must verify with errors: 0.
- *   BUG=1   the dispatcher does not re-check stopping after inserting: if
- *           shutdown's scan runs before the insert, the record is never
- *           cancelled, runs forever, and shutdown hangs.
- *   BUG=2   the finaliser does inflight-- BEFORE publishing the event:
+ *   BUG=1   the dispatcher does not re-check `shutting` after inserting:
+ *           if shutdown's scan runs before the insert, the record is never
+ *           interrupted, runs forever, and shutdown hangs (invalid end
+ *           state).
+ *   BUG=2   the finaliser drops its unit BEFORE publishing the event:
  *           shutdown can return while an accepted event is unpublished.
+ *   BUG=3   shutdown reads `active` before announcing itself as a waiter
+ *           (check-then-prepare): the last put's signal finds no waiter,
+ *           shutdown then sleeps on the new seq forever.
+ *   BUG=4   the dispatcher drops the call's unit before fq_submit: the
+ *           scan's cancel can finalise the record, active reaches 0 and
+ *           shutdown stops the queue under the submit.
  *
- * Spin explores sequentially consistent interleavings only. The two full
- * barriers are the store-buffering (Dekker) pair: dispatcher "store
- * inflight; load stopping" against shutdown "store stopping; load
- * table/inflight"; and the insert + re-check against the scan is the same
- * pattern once more (insert; load stopping vs. store stopping; scan).
+ * Spin explores sequentially consistent interleavings only. Both races
+ * are the store-buffering (Dekker) pattern - "active += 2; read shutting"
+ * vs "write shutting; read active", and "insert; read shutting" vs "write
+ * shutting; scan the table" - so each side needs a seq_cst RMW or a
+ * seq_cst fence between its write and its read for the C code to have
+ * only the outcomes modelled here.
  */
 
 #ifndef D
 #define D 2            /* delegations dispatched concurrently with shutdown */
 #endif
 
-byte inflight = 0;
-bool stopping = 0;
+byte inflight = 0;       /* e->inflight */
+bool shutting = 0;     /* e->shutting */
+bool qstopped = 0;     /* fq_stop() has run */
 
 bool in_table[D];      /* record inserted (stays visible after finishing) */
-bool cancelled[D];     /* cancel flag seen by the record's children */
+bool cancelled[D];     /* rec->cancel, seen by running children */
+bool taken[D];         /* the children's claim word (reduced to one bit) */
 bool accepted[D];      /* dispatch returned 0 */
 bool refused[D];       /* dispatch returned -ESHUTDOWN */
 byte published[D];     /* events published for it */
 
-inline cancel(r)
+/* the `drained` eventcount; only fanout_shutdown waits on it */
+byte seq = 0;
+byte waiters = 0;
+bool sleeping = 0;     /* shutdown is queued in futex_wait on &seq */
+
+inline signal_drained()
 {
-	cancelled[r] = 1
+	seq++;                                  /* seq_cst */
+	if
+	:: waiters > 0 -> sleeping = 0          /* futex_wake */
+	:: else
+	fi
 }
 
-inline all_accepted_published()
+inline put(n)
+{
+	d_step { pold = inflight; inflight = inflight - n };
+	if
+	:: pold == n && shutting -> signal_drained()
+	:: else
+	fi
+}
+
+inline finalise(r)
+{
+#if BUG == 2
+	put(1);
+	published[r]++;
+#else
+	published[r]++;                         /* publish the ONE event */
+	put(1);                                 /* then drop the record's unit */
+#endif
+}
+
+/* fanout__cancel_rec: set the flag, claim what no worker claimed yet */
+inline cancel(r)
+{
+	cancelled[r] = 1;
+	d_step {
+		mine = !taken[r];
+		taken[r] = 1
+	};
+	if
+	:: mine -> finalise(r)                  /* all children interrupted */
+	:: else
+	fi
+}
+
+inline check_published()
 {
 	d_step {
 		r = 0;
@@ -72,43 +139,60 @@ inline all_accepted_published()
 			assert(!refused[r] || published[r] == 0);
 			r++
 		:: else -> break
-		od
+		od;
+		r = 0
 	}
 }
 
-proctype delegation(byte id)
+/* a worker running the record's token, from fq_submit on */
+proctype runner(byte id)
 {
-	/* --- fanout_dispatch --- */
-	inflight++;                             /* atomic, full barrier */
+	bool mine;
+	byte pold;
+
+	d_step {                                /* claim the children */
+		mine = !taken[id];
+		taken[id] = 1
+	};
 	if
-	:: stopping ->
-		inflight--;
+	:: mine ->
+		if
+		:: true                         /* they finish by themselves */
+		:: true -> cancelled[id]        /* they run until interrupted */
+		fi;
+		finalise(id)
+	:: else                                 /* a canceller claimed them */
+	fi
+}
+
+proctype dispatcher(byte id)
+{
+	bool mine;
+	byte pold;
+
+	d_step { inflight = inflight + 2 };         /* seq_cst RMW */
+	if
+	:: shutting ->
+		put(2);
 		refused[id] = 1;
 		goto done
 	:: else
 	fi;
 	accepted[id] = 1;
 	in_table[id] = 1;                       /* insert into the table */
+#if BUG == 4
+	put(1);                                 /* call unit dropped too early */
+#endif
+	assert(!qstopped);                      /* fq_submit on a live queue */
+	run runner(id);
 #if BUG != 1
 	if
-	:: stopping -> cancel(id)               /* the re-check */
+	:: shutting -> cancel(id)               /* fence; the re-check */
 	:: else
 	fi;
 #endif
-
-	/* --- the children run --- */
-	if
-	:: true                                 /* all finish by themselves */
-	:: true -> cancelled[id]                /* run until interrupted */
-	fi;
-
-	/* --- the finaliser --- */
-#if BUG == 2
-	inflight--;
-	published[id]++;
-#else
-	published[id]++;                        /* publish the one event */
-	inflight--;                             /* only then */
+#if BUG != 4
+	put(1);                                 /* the call's unit */
 #endif
 done:
 	skip
@@ -116,9 +200,10 @@ done:
 
 proctype shutdown()
 {
-	byte r;
+	byte r, v, pold;
+	bool mine;
 
-	stopping = 1;                           /* full barrier */
+	shutting = 1;                           /* store; seq_cst fence */
 	r = 0;
 	do                                      /* scan the table */
 	:: r < D ->
@@ -129,8 +214,34 @@ proctype shutdown()
 		r++
 	:: else -> break
 	od;
-	(inflight == 0);                        /* wait for the drain */
-	all_accepted_published()
+	do                                      /* wait for inflight == 0 */
+	::
+#if BUG == 3
+		if
+		:: inflight == 0 -> break         /* checked before announcing */
+		:: else
+		fi;
+		waiters++;
+		v = seq;
+#else
+		waiters++;                      /* fq_ec_prepare: seq_cst */
+		v = seq;
+		if
+		:: inflight == 0 -> waiters--; break
+		:: else
+		fi;
+#endif
+		d_step {                        /* futex_wait(&seq, v) */
+			if
+			:: seq == v -> sleeping = 1
+			:: else
+			fi
+		};
+		!sleeping;
+		waiters--
+	od;
+	qstopped = 1;                           /* fq_stop() */
+	check_published()
 }
 
 init
@@ -140,11 +251,11 @@ init
 	atomic {
 		r = 0;
 		do
-		:: r < D -> run delegation(r); r++
+		:: r < D -> run dispatcher(r); r++
 		:: else -> break
 		od;
 		run shutdown()
 	};
 	(_nr_pr == 1);
-	all_accepted_published()
+	check_published()
 }
