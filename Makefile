@@ -29,7 +29,7 @@ CFLAGS_tsan  := -O1 -fno-omit-frame-pointer -fsanitize=thread \
 LIBS_tsan    := -fsanitize=thread
 
 LIB_SRC   := $(sort $(wildcard queue/*.c lib/*.c))
-LIB_HDR   := include/fanout.h $(wildcard queue/*.h lib/*.h)
+LIB_HDR   := $(wildcard include/*.h queue/*.h lib/*.h)
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_NAMES := $(patsubst tests/%.c,%,$(TEST_SRC))
 VARIANTS  := plain asan tsan
@@ -81,7 +81,9 @@ deps-ok:
 # -------------------------------------------------------------------- bench
 # bench/bench.mk defines `run` (the main job) and `bench` (longer sweeps).
 include bench/bench.mk
-# make models / torture / fuzz live beside their sources.
+# make models / torture / fuzz live beside their sources.  tests/extra.mk
+# may append targets to EXTRA_TESTS; `make test` runs them last.
+EXTRA_TESTS :=
 -include tests/models/models.mk
 -include tests/extra.mk
 
@@ -91,6 +93,7 @@ test: deps
 	$(MAKE) --no-print-directory check-install
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-tsan
+	$(if $(strip $(EXTRA_TESTS)),$(MAKE) --no-print-directory $(EXTRA_TESTS))
 	@echo "make test: all suites passed (plain, asan+ubsan, tsan, install)"
 
 # Install into a scratch DESTDIR and build a program against it through

@@ -22,7 +22,9 @@
 #ifndef BENCH_H
 #define BENCH_H
 
+#ifndef __cplusplus
 #include <stdatomic.h>
+#endif
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -102,12 +104,15 @@ extern double bench_iters_per_ns;
 void bench_calibrate(void);
 struct bwork bench_work_ns(uint64_t ns);
 
-/* Single-writer per-thread counter, one cache line per thread. */
+/*
+ * Single-writer per-thread counter, one cache line per thread.  Accessed
+ * with the __atomic builtins so that the C++ peer (TBB) shares the header.
+ */
 struct bench_tcount {
-	_Atomic uint64_t n;
+	uint64_t n;
 	char pad[BENCH_CACHELINE - sizeof(uint64_t)];
 };
-extern _Thread_local struct bench_tcount *bench_tl_count;
+extern __thread struct bench_tcount *bench_tl_count;
 struct bench_tcount *bench_tcount_register(void);
 /* Children run by all threads since the start of the program. */
 uint64_t bench_children_total(void);
@@ -125,9 +130,8 @@ static inline void bench_child(const struct bwork *w)
 	if (__builtin_expect(c == NULL, 0))
 		c = bench_tcount_register();
 	/* Single writer: a relaxed load+store, no locked instruction. */
-	atomic_store_explicit(&c->n,
-			      atomic_load_explicit(&c->n, memory_order_relaxed) + 1,
-			      memory_order_relaxed);
+	__atomic_store_n(&c->n, __atomic_load_n(&c->n, __ATOMIC_RELAXED) + 1,
+			 __ATOMIC_RELAXED);
 	if (w->iters)
 		bench_spin_iters(w->iters);
 }
@@ -138,9 +142,12 @@ static inline void bench_child(const struct bwork *w)
 size_t bench_list_tids(pid_t *tids, size_t cap);
 /* CPU time (user+system) of one thread of this process, in ns. */
 uint64_t bench_thread_cpu_ns(pid_t tid);
+#ifndef __cplusplus
 /* Futex helpers on a 32-bit word. */
+struct timespec;
 int bench_futex_wait(_Atomic uint32_t *w, uint32_t val, const struct timespec *ts);
 int bench_futex_wake(_Atomic uint32_t *w, int n);
+#endif
 
 /* ------------------------------------------------------------- peers */
 

@@ -253,7 +253,7 @@ struct bwork bench_work_ns(uint64_t ns)
 static struct bench_tcount counters[BENCH_MAX_COUNTERS]
 	__attribute__((aligned(BENCH_CACHELINE)));
 static _Atomic unsigned ncounters;
-_Thread_local struct bench_tcount *bench_tl_count;
+__thread struct bench_tcount *bench_tl_count;
 
 struct bench_tcount *bench_tcount_register(void)
 {
@@ -271,7 +271,7 @@ uint64_t bench_children_total(void)
 	if (n > BENCH_MAX_COUNTERS)
 		n = BENCH_MAX_COUNTERS;
 	for (unsigned i = 0; i < n; i++)
-		s += atomic_load_explicit(&counters[i].n, memory_order_relaxed);
+		s += __atomic_load_n(&counters[i].n, __ATOMIC_RELAXED);
 	return s;
 }
 

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fanout_testing.h - fault injection for fanout's own test suites.
+ *
+ * Not part of the stable API and not installed.  Each knob is a countdown:
+ * after fanout_test_fail_at(what, k) with k > 0, the k-th following
+ * operation of that kind (counted process-wide, over every engine) fails as
+ * if the system had refused it; k = 0 disarms.  Thread-safe; meant to be
+ * used while only the test's own thread calls into the library.
+ */
+#ifndef FANOUT_TESTING_H
+#define FANOUT_TESTING_H
+
+#include "fanout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum fanout_fault {
+	FANOUT_FAULT_ALLOC = 1,   /* every allocation the library makes */
+	FANOUT_FAULT_THREAD = 2,  /* pthread_create of a worker (-EAGAIN) */
+	FANOUT_FAULT_EVENTFD = 3, /* eventfd() of a sink (-EMFILE) */
+};
+
+/**
+ * fanout_test_fail_at() - arm (k > 0) or disarm (k = 0) one fault.
+ * Return: the countdown left from before (0 = it fired or was disarmed);
+ * -EINVAL for an unknown @what or k < 0.
+ */
+FANOUT_API long fanout_test_fail_at(enum fanout_fault what, long k);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

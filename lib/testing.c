@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * testing.c - the fault-injection knobs of include/fanout_testing.h.
+ * Correctness: each knob is one atomic countdown consumed by exactly one
+ * failing operation (see queue/alloc.c, queue/fq.c, lib/sink.c).
+ */
+#include "internal.h"
+#include "fanout_testing.h"
+
+#include <errno.h>
+
+long fanout_test_fail_at(enum fanout_fault what, long k)
+{
+	_Atomic long *knob;
+
+	switch (what) {
+	case FANOUT_FAULT_ALLOC:
+		knob = &fanout__fail_alloc_at;
+		break;
+	case FANOUT_FAULT_THREAD:
+		knob = &fq__fail_thread_at;
+		break;
+	case FANOUT_FAULT_EVENTFD:
+		knob = &fanout__fail_eventfd_at;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (k < 0)
+		return -EINVAL;
+	/* relaxed: a test knob; the test's own thread sequences its use. */
+	return atomic_exchange_explicit(knob, k, memory_order_relaxed);
+}

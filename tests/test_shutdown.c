@@ -1,0 +1,434 @@
+/* SPDX-License-Identifier: MIT */
+/* test_shutdown.c - fanout_shutdown/destroy: every event delivered, refusals. */
+#include <poll.h>
+
+#include "common.h"
+
+/* Each child ran exactly once to completion or never ran (interrupted). */
+static void check_run_or_skipped(const struct fanout_event *ev,
+				 struct tbatch *tb)
+{
+	assert_int_equal(ev->nresults, tb->n);
+	for (unsigned i = 0; i < tb->n; i++) {
+		const struct fanout_result *r = &ev->results[i];
+
+		assert_int_equal(r->index, i);
+		if (r->status == FANOUT_COMPLETED) {
+			assert_int_equal(atomic_load(&tb->probes[i].runs), 1);
+		} else {
+			assert_int_equal(r->status, FANOUT_INTERRUPTED);
+			assert_int_equal(r->code, -ECANCELED);
+			assert_int_equal(r->duration_ns, 0);
+			assert_int_equal(atomic_load(&tb->probes[i].runs), 0);
+		}
+	}
+}
+
+static void shutdown_delivers_every_event(void **state)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = 1, .max_children = 1,
+					     .flags = FANOUT_NO_PIN);
+	struct fanout_sink *s = NULL;
+	struct tbatch *d1 = tb_new(4), *d2 = tb_new(3), *d3 = tb_new(2);
+	struct fanout_event *ev = NULL;
+
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	for (unsigned i = 0; i < 4; i++)
+		d1->probes[i].until_interrupted = true;
+	fanout_id id1 = must_dispatch(e, d1);
+	uint64_t end = mono_ms() + WAIT_MS;
+	while (tb_runs(d1) < 1) {
+		assert_true(mono_ms() < end);
+		sleep_us(100);
+	}
+	d2->b.sink = s;
+	d3->b.sink = s;
+	fanout_id id2 = must_dispatch(e, d2);
+	fanout_id id3 = must_dispatch(e, d3);
+
+	assert_int_equal(fanout_shutdown(e), 0);
+
+	/* every event is already there: poll, not wait */
+	assert_int_equal(fanout_poll(fanout_default_sink(e), &ev), 0);
+	assert_true(ev->id == id1);
+	assert_true(ev->cancelled);
+	assert_int_equal(ev->status, FANOUT_INTERRUPTED);
+	assert_int_equal(ev->nresults, 4);
+	assert_int_equal(tb_runs(d1), 1);
+	for (unsigned i = 0; i < 4; i++) {
+		const struct fanout_result *r = &ev->results[i];
+
+		assert_int_equal(r->status, FANOUT_INTERRUPTED);
+		assert_int_equal(r->code, -ECANCELED);
+		if (atomic_load(&d1->probes[i].runs)) {
+			assert_true(d1->probes[i].interrupted_seen);
+			assert_true(r->duration_ns > 0);
+		} else {
+			assert_int_equal(r->duration_ns, 0);
+		}
+	}
+	fanout_event_free(ev);
+	assert_int_equal(fanout_poll(fanout_default_sink(e), &ev), -EAGAIN);
+
+	int fd = fanout_sink_fd(s);
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	assert_int_equal(poll(&p, 1, 0), 1);
+	int seen2 = 0, seen3 = 0;
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(fanout_poll(s, &ev), 0);
+		if (ev->id == id2) {
+			seen2++;
+			check_run_or_skipped(ev, d2);
+		} else {
+			assert_true(ev->id == id3);
+			seen3++;
+			check_run_or_skipped(ev, d3);
+		}
+		fanout_event_free(ev);
+	}
+	assert_int_equal(seen2, 1);
+	assert_int_equal(seen3, 1);
+	assert_int_equal(fanout_poll(s, &ev), -EAGAIN);
+	struct fanout_stats st = stats_of(e);
+	assert_int_equal(st.running, 0);
+	assert_int_equal(st.async_running, 0);
+	assert_int_equal(fanout_sink_destroy(s), 0);
+	tb_free(d1);
+	tb_free(d2);
+	tb_free(d3);
+	fanout_destroy(e);
+}
+
+static void shutdown_refuses_new_work(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	struct fanout_sink *s = NULL, *s2 = NULL;
+	struct tbatch *tb = tb_new(2);
+	struct fanout_event *ev = NULL;
+	fanout_id id = 0;
+
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	assert_int_equal(fanout_shutdown(e), 0);
+	assert_int_equal(fanout_dispatch(e, &tb->b, &id), -ESHUTDOWN);
+	assert_int_equal(fanout_run(e, &tb->b, &ev), -ESHUTDOWN);
+	assert_int_equal(fanout_delegate(e, &tb->b, &id, &ev), -ESHUTDOWN);
+	tb->b.sink = s;
+	assert_int_equal(fanout_dispatch(e, &tb->b, &id), -ESHUTDOWN);
+	assert_int_equal(fanout_sink_create(e, &s2), -ESHUTDOWN);
+	assert_int_equal(tb_runs(tb), 0);
+	/* idempotent */
+	assert_int_equal(fanout_shutdown(e), 0);
+	assert_int_equal(fanout_shutdown(e), 0);
+	/* sinks still answer */
+	assert_int_equal(fanout_poll(s, &ev), -EAGAIN);
+	assert_int_equal(fanout_poll(fanout_default_sink(e), &ev), -EAGAIN);
+	assert_int_equal(fanout_wait(s, &ev, 5), -ETIMEDOUT);
+	struct fanout_stats st = stats_of(e);
+	assert_int_equal(st.dispatched, 0);
+	assert_int_equal(st.runs, 0);
+	assert_int_equal(st.children_run, 0);
+	assert_int_equal(fanout_sink_destroy(s), 0);
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
+static void shutdown_idle_then_destroy(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	struct tbatch *tb = tb_new(3);
+
+	fanout_id id = must_dispatch(e, tb);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	fanout_event_free(ev);
+	assert_int_equal(fanout_shutdown(e), 0);
+	fanout_destroy(e);
+	tb_free(tb);
+}
+
+/* destroy frees undrained events in every sink (ASan's leak check). */
+static void destroy_frees_undrained_events(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	struct fanout_sink *s = NULL;
+	struct tbatch *tb[5];
+
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	for (int i = 0; i < 5; i++) {
+		tb[i] = tb_new(2);
+		tb[i]->b.sink = i < 3 ? NULL : s;
+		tb[i]->b.context = "ctx";
+		tb[i]->probes[0].summary = "a summary";
+		tb[i]->probes[1].error = "an error";
+		tb[i]->probes[1].ret = -EIO;
+		wait_finished(e, must_dispatch(e, tb[i]));
+	}
+	fanout_destroy(e);
+	for (int i = 0; i < 5; i++)
+		tb_free(tb[i]);
+}
+
+/* destroy without shutdown, with children running: they are interrupted. */
+static void destroy_with_work_running(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	struct tbatch *tb = tb_new(6);
+
+	for (unsigned i = 0; i < 6; i++)
+		tb->probes[i].until_interrupted = true;
+	must_dispatch(e, tb);
+	uint64_t end = mono_ms() + WAIT_MS;
+	while (tb_runs(tb) < 1) {
+		assert_true(mono_ms() < end);
+		sleep_us(100);
+	}
+	fanout_destroy(e);
+	/* every child that started has returned */
+	for (unsigned i = 0; i < 6; i++)
+		assert_int_equal(atomic_load(&tb->probes[i].finished),
+				 atomic_load(&tb->probes[i].runs));
+	tb_free(tb);
+}
+
+/* shutdown/destroy from a child of the same engine. */
+struct selfkill {
+	struct fanout_engine *e;
+	int rc;
+};
+
+static int selfkill_fn(struct fanout_child *c, void *arg)
+{
+	struct selfkill *k = arg;
+
+	(void)c;
+	k->rc = fanout_shutdown(k->e);
+	fanout_destroy(k->e); /* does nothing from a child */
+	return 0;
+}
+
+static void shutdown_from_child_edeadlk(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	struct selfkill k = { e, 1 };
+	struct fanout_task t = { "selfkill", selfkill_fn, &k };
+	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct fanout_event *ev = NULL;
+
+	/* from a background child */
+	fanout_id id = 0;
+	assert_int_equal(fanout_dispatch(e, &b, &id), 0);
+	ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	assert_int_equal(ev->status, FANOUT_COMPLETED);
+	fanout_event_free(ev);
+	assert_int_equal(k.rc, -EDEADLK);
+
+	/* from a child of fanout_run (possibly on this very thread) */
+	k.rc = 1;
+	assert_int_equal(fanout_run(e, &b, &ev), 0);
+	assert_int_equal(ev->status, FANOUT_COMPLETED);
+	fanout_event_free(ev);
+	assert_int_equal(k.rc, -EDEADLK);
+
+	/* the engine is still accepting work */
+	struct tbatch *tb = tb_new(3);
+	id = must_dispatch(e, tb);
+	ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	check_all_completed(ev, tb);
+	fanout_event_free(ev);
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
+/* A thread inside fanout_run when shutdown comes gets its event. */
+struct runner {
+	struct fanout_engine *e;
+	struct tbatch *tb;
+	int rc;
+	struct fanout_event *ev;
+};
+
+static void *runner_thread(void *arg)
+{
+	struct runner *r = arg;
+
+	r->rc = fanout_run(r->e, &r->tb->b, &r->ev);
+	return NULL;
+}
+
+static void shutdown_interrupts_sync_run(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	struct runner r = { .e = e, .tb = tb_new(4) };
+
+	for (unsigned i = 0; i < 4; i++)
+		r.tb->probes[i].until_interrupted = true;
+	pthread_t t = spawn(runner_thread, &r);
+	uint64_t end = mono_ms() + WAIT_MS;
+	while (tb_runs(r.tb) < 1) {
+		assert_true(mono_ms() < end);
+		sleep_us(100);
+	}
+	assert_int_equal(fanout_shutdown(e), 0);
+	join(t);
+	assert_int_equal(r.rc, 0);
+	assert_non_null(r.ev);
+	assert_true(r.ev->cancelled);
+	assert_int_equal(r.ev->status, FANOUT_INTERRUPTED);
+	assert_int_equal(r.ev->nresults, 4);
+	for (unsigned i = 0; i < 4; i++) {
+		assert_int_equal(r.ev->results[i].status, FANOUT_INTERRUPTED);
+		assert_int_equal(atomic_load(&r.tb->probes[i].finished),
+				 atomic_load(&r.tb->probes[i].runs));
+	}
+	fanout_event_free(r.ev);
+	assert_int_equal(fanout_poll(fanout_default_sink(e), &r.ev), -EAGAIN);
+	tb_free(r.tb);
+	fanout_destroy(e);
+}
+
+/* Dispatch and run race shutdown: accepted => event; else -ESHUTDOWN. */
+enum { PER = 400 };
+
+struct racer {
+	struct fanout_engine *e;
+	struct tbatch *tb[PER];
+	fanout_id id[PER];
+	int accepted[PER];
+	int naccepted;
+	int nshutdown;
+	atomic_int *progress;
+	bool sync;
+	int sync_ok;
+};
+
+static void *racer_thread(void *arg)
+{
+	struct racer *r = arg;
+
+	for (int k = 0; k < PER; k++) {
+		int rc;
+
+		if (r->sync) {
+			struct fanout_event *ev = NULL;
+
+			rc = fanout_run(r->e, &r->tb[k]->b, &ev);
+			if (rc == 0) {
+				CHECK(ev && ev->nresults == 2);
+				for (unsigned i = 0; ev && i < 2; i++) {
+					int runs = atomic_load(
+						&r->tb[k]->probes[i].runs);
+					if (ev->results[i].status ==
+					    FANOUT_COMPLETED)
+						CHECK(runs == 1);
+					else
+						CHECK(runs == 0);
+				}
+				fanout_event_free(ev);
+				r->sync_ok++;
+			}
+		} else {
+			while ((rc = fanout_dispatch(r->e, &r->tb[k]->b,
+						     &r->id[k])) == -EBUSY)
+				sleep_us(50);
+		}
+		if (rc == 0) {
+			r->accepted[k] = 1;
+			r->naccepted++;
+			atomic_fetch_add(r->progress, 1);
+		} else {
+			CHECK(rc == -ESHUTDOWN);
+			r->nshutdown++;
+			break;
+		}
+	}
+	return NULL;
+}
+
+static void shutdown_races_dispatch(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	struct racer *r = calloc(3, sizeof(*r));
+	atomic_int progress = 0;
+	pthread_t t[3];
+
+	assert_non_null(r);
+	for (int i = 0; i < 3; i++) {
+		r[i].e = e;
+		r[i].progress = &progress;
+		r[i].sync = i == 2;
+		for (int k = 0; k < PER; k++) {
+			r[i].tb[k] = tb_new(2);
+			r[i].tb[k]->b.user = r[i].tb[k];
+			r[i].tb[k]->probes[1].sleep_us = 100;
+		}
+	}
+	for (int i = 0; i < 3; i++)
+		t[i] = spawn(racer_thread, &r[i]);
+	assert_true(wait_ge(&progress, 20, WAIT_MS));
+	assert_int_equal(fanout_shutdown(e), 0);
+	for (int i = 0; i < 3; i++)
+		join(t[i]);
+
+	/* every accepted dispatch has exactly one event; nothing else */
+	int events = 0, accepted = 0;
+	struct fanout_event *ev = NULL;
+	while (fanout_poll(fanout_default_sink(e), &ev) == 0) {
+		struct tbatch *tb = ev->user;
+		bool found = false;
+
+		events++;
+		for (int i = 0; i < 2 && !found; i++)
+			for (int k = 0; k < PER && !found; k++)
+				if (r[i].tb[k] == tb) {
+					found = true;
+					assert_int_equal(r[i].accepted[k], 1);
+					assert_true(r[i].id[k] == ev->id);
+					r[i].accepted[k] = 2; /* seen */
+				}
+		assert_true(found);
+		check_run_or_skipped(ev, tb);
+		fanout_event_free(ev);
+	}
+	for (int i = 0; i < 2; i++) {
+		accepted += r[i].naccepted;
+		for (int k = 0; k < PER; k++)
+			assert_int_not_equal(r[i].accepted[k], 1);
+	}
+	assert_int_equal(events, accepted);
+	assert_int_equal(r[2].sync_ok, r[2].naccepted);
+	for (int i = 0; i < 3; i++) {
+		/* stopped by -ESHUTDOWN unless it ran out of batches */
+		assert_true(r[i].nshutdown == 1 || r[i].naccepted == PER);
+		for (int k = 0; k < PER; k++) {
+			if (!r[i].accepted[k])
+				assert_int_equal(tb_runs(r[i].tb[k]), 0);
+			tb_free(r[i].tb[k]);
+		}
+	}
+	free(r);
+	fanout_destroy(e);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		TC(shutdown_delivers_every_event),
+		TC(shutdown_refuses_new_work),
+		TC(shutdown_idle_then_destroy),
+		TC(destroy_frees_undrained_events),
+		TC(destroy_with_work_running),
+		TC(shutdown_from_child_edeadlk),
+		TC(shutdown_interrupts_sync_run),
+		TC(shutdown_races_dispatch),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
