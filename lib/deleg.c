@@ -186,15 +186,32 @@ void fanout__finalise(struct record *rec)
 
 /* ----------------------------------------------------------------- run */
 
-static void run_child(struct record *rec, unsigned i)
+/* Report child i as never started (the delegation was cancelled). */
+static void skip_child(struct record *rec, unsigned i)
+{
+	struct fanout_result *r = &rec->results[i];
+
+	r->index = i;
+	r->goal = rec->tasks[i].goal;
+	r->status = FANOUT_INTERRUPTED;
+	r->summary = NULL;
+	r->error = "cancelled before it started";
+	r->duration_ns = 0;
+	r->cost = 0;
+	r->code = -ECANCELED;
+	rec->owned[i] = 0;
+}
+
+/* Run child i.  *clock is the time it starts; on return, the time it ended
+ * (which is when the next child of the same chunk starts). */
+static void run_child(struct record *rec, unsigned i, uint64_t *clock)
 {
 	struct task_slot *t = &rec->tasks[i];
 	struct fanout_result *r = &rec->results[i];
 	struct fanout_child c = { .rec = rec, .index = i, .res = r };
 	struct fanout_child *prev = tls_child;
-	struct fanout_engine *e = rec->e;
-	uint64_t t0;
-	int rc, self;
+	uint64_t t1;
+	int rc;
 
 	r->index = i;
 	r->goal = t->goal;
@@ -203,10 +220,11 @@ static void run_child(struct record *rec, unsigned i)
 	r->cost = 0;
 	rec->owned[i] = 0;
 	tls_child = &c;
-	t0 = fq_now_ns();
 	rc = t->fn(&c, t->arg);
-	r->duration_ns = fq_now_ns() - t0;
 	tls_child = prev;
+	t1 = fq_now_ns();
+	r->duration_ns = t1 - *clock;
+	*clock = t1;
 	r->code = rc;
 	if (rc == 0) {
 		r->status = FANOUT_COMPLETED;
@@ -231,20 +249,45 @@ static void run_child(struct record *rec, unsigned i)
 			memory_order_relaxed, memory_order_relaxed))
 			;
 	}
+}
+
+/* Run the claimed chunk [i, end): children not started when a cancel
+ * arrives are reported interrupted instead (they are still ours). */
+static void run_chunk(struct record *rec, unsigned i, unsigned end)
+{
+	struct fanout_engine *e = rec->e;
+	uint64_t clock = fq_now_ns();
+	unsigned j, ran = 0;
+	int self;
+
+	for (j = i; j < end; j++) {
+		/* relaxed: whether to start is a hint-level decision; the
+		 * child's outcome is published by the join below. */
+		if (atomic_load_explicit(&rec->cancel, memory_order_relaxed)) {
+			skip_child(rec, j);
+			continue;
+		}
+		run_child(rec, j, &clock);
+		ran++;
+	}
+	if (ran != end - i)
+		atomic_fetch_add_explicit(&e->st_skipped, end - i - ran,
+					  memory_order_relaxed);
 	self = fq_self(e->q);
 	if (self >= 0) {
 		_Atomic uint64_t *cnt = &e->st_worker_children[self];
 		/* W: only this worker writes its slot. */
 		atomic_store_explicit(cnt,
-				      atomic_load_explicit(cnt, memory_order_relaxed) + 1,
+				      atomic_load_explicit(cnt, memory_order_relaxed) + ran,
 				      memory_order_relaxed);
 	} else {
-		atomic_fetch_add_explicit(&e->st_helper_children, 1,
+		atomic_fetch_add_explicit(&e->st_helper_children, ran,
 					  memory_order_relaxed);
 	}
-	/* acq_rel: release publishes this slot; the acquire makes the zeroing
-	 * thread see every other slot (the join argument above). */
-	if (atomic_fetch_sub_explicit(&rec->remaining, 1, memory_order_acq_rel) == 1)
+	/* acq_rel: release publishes these slots; the acquire makes the
+	 * zeroing thread see every other slot (the join argument above). */
+	if (atomic_fetch_sub_explicit(&rec->remaining, end - i,
+				      memory_order_acq_rel) == end - i)
 		fanout__finalise(rec);
 }
 
@@ -252,7 +295,7 @@ static void run_child(struct record *rec, unsigned i)
 static void run_token(struct fq_work *w)
 {
 	struct record *rec = caa_container_of(w, struct record, work);
-	uint32_t n = rec->ntasks;
+	uint32_t n = rec->ntasks, chunk = rec->chunk;
 
 	for (;;) {
 		uint32_t i;
@@ -263,12 +306,22 @@ static void run_token(struct fq_work *w)
 		/* relaxed: ownership comes from the RMW's total order on
 		 * `claim`; the task slots were published by the ring handoff
 		 * (or are the caller's own writes). */
-		i = atomic_fetch_add_explicit(&rec->claim, 1, memory_order_relaxed);
+		i = atomic_fetch_add_explicit(&rec->claim, chunk,
+					      memory_order_relaxed);
 		if (i >= n)
 			break;
-		run_child(rec, i);
+		run_chunk(rec, i, n - i < chunk ? n : i + chunk);
 	}
 	fanout__rec_put(rec, 1);
+}
+
+/* Chunk size: about 8 claims per runner, so runners stay balanced while
+ * the shared counters are touched once per chunk, not once per child. */
+static uint32_t chunk_for(unsigned n, unsigned runners)
+{
+	unsigned c = n / (runners * 8u);
+
+	return c < 1 ? 1 : c > 256 ? 256 : c;
 }
 
 /* Claim every unstarted child for the canceller; see "Claim" above.
@@ -280,19 +333,8 @@ unsigned fanout__claim_rest(struct record *rec)
 	old = atomic_exchange_explicit(&rec->claim, n, memory_order_relaxed);
 	if (old >= n)
 		return 0;
-	for (i = old; i < n; i++) {
-		struct fanout_result *r = &rec->results[i];
-
-		r->index = i;
-		r->goal = rec->tasks[i].goal;
-		r->status = FANOUT_INTERRUPTED;
-		r->summary = NULL;
-		r->error = "cancelled before it started";
-		rec->owned[i] = 0;
-		r->duration_ns = 0;
-		r->cost = 0;
-		r->code = -ECANCELED;
-	}
+	for (i = old; i < n; i++)
+		skip_child(rec, i);
 	atomic_fetch_add_explicit(&rec->e->st_skipped, n - old,
 				  memory_order_relaxed);
 	/* acq_rel: as in run_child, for the whole range at once. */
@@ -517,6 +559,7 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	/* relaxed: destroy reads it only after quiescence (documented). */
 	atomic_fetch_add_explicit(&s->pending, 1, memory_order_relaxed);
 	atomic_init(&rec->refs, 2 + got);
+	rec->chunk = chunk_for(b->ntasks, got);
 	id = rec->id;
 	atomic_fetch_add_explicit(&e->st_dispatched, 1, memory_order_relaxed);
 	fanout__read_lock();
@@ -564,6 +607,7 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	extra = want > 1 ? fq_reserve(e->q, want - 1, 0) : 0;
 	/* refs: table + event (returned to the caller) + caller + tokens. */
 	atomic_init(&rec->refs, 3 + extra);
+	rec->chunk = chunk_for(b->ntasks, extra + 1);
 	atomic_fetch_add_explicit(&e->st_runs, 1, memory_order_relaxed);
 	fanout__read_lock();
 	fanout__table_insert(e, rec);

@@ -86,6 +86,7 @@ struct record {
 	fanout_id id;               /* I */
 	unsigned ntasks;            /* I */
 	unsigned depth;             /* I */
+	unsigned chunk;             /* I: indices taken per claim */
 	bool background;            /* I */
 	size_t alloc_size;          /* I */
 	uint64_t dispatched_ns;     /* I */
