@@ -213,7 +213,11 @@ void fanout_destroy(struct fanout_engine *e)
 	fanout_shutdown(e);
 	fanout__sinks_destroy(e);
 	fanout__table_destroy(e);
-	rcu_barrier(); /* every record and sink freed by call_rcu is gone */
+	/* Every record and sink handed to call_rcu is gone after this; the
+	 * second barrier catches records released BY those callbacks (a sink
+	 * destroyed earlier drains its leftover events in its callback). */
+	rcu_barrier();
+	rcu_barrier();
 	fq_free(e->q);
 	fanout__free(e->st_worker_children,
 		     sizeof(*e->st_worker_children) * e->cfg.workers);

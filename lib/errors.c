@@ -7,6 +7,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,6 +46,8 @@
 
 const char *fanout_strerror(int err)
 {
+	if (err == INT_MIN)
+		return "unknown error code: not one fanout returns";
 	if (err < 0)
 		err = -err;
 	switch (err) {
@@ -67,7 +70,7 @@ int fanout_describe_error(struct fanout_engine *e, int err, char *buf,
 
 	if (!e || (!buf && len))
 		return -EINVAL;
-	if (err < 0)
+	if (err < 0 && err != INT_MIN)
 		err = -err;
 	switch (err) {
 	case EBUSY:

@@ -25,6 +25,13 @@
  * publish enqueues, then fq_ec_signal bumps the sequence and wakes if anyone
  * announced.  No lost wakeup.
  *
+ * Destroy.  `pending` counts accepted delegations that will publish here.
+ * A publisher drops its unit before it enqueues, but it does all of its
+ * publishing inside the RCU read lock; fanout_sink_destroy() only unlinks
+ * the sink and hands it to call_rcu, whose callback drains and frees it
+ * after the grace period, when no publisher can still be inside.  So a
+ * consumer that took the last event may destroy the sink at once.
+ *
  * eventfd.  `armed` means "the eventfd is readable, or a write is on its
  * way".  Only the consumer disarms, and it reads (clears) the eventfd
  * BEFORE it stores armed = false, then fences and re-checks the queue,
@@ -134,6 +141,11 @@ static void arm(struct fanout_sink *s)
 
 void fanout__sink_publish(struct fanout_sink *s, struct record *rec)
 {
+	/* release: pairs with fanout_sink_destroy's acquire read.  Dropping
+	 * `pending` first is safe because the caller (the finaliser) holds
+	 * the RCU read lock: a sink destroyed from now on is drained and freed
+	 * only after a grace period, i.e. after this publish has finished. */
+	atomic_fetch_sub_explicit(&s->pending, 1, memory_order_release);
 	FQ_HANDOFF_RELEASE(rec);
 	cds_wfcq_enqueue(&s->head, &s->tail, &rec->qnode);
 	/* full barrier (seq_cst RMW) between the enqueue and the reads of
@@ -142,9 +154,6 @@ void fanout__sink_publish(struct fanout_sink *s, struct record *rec)
 	fq_ec_signal(&s->ec, 1);
 	if (atomic_load_explicit(&s->fd_used, memory_order_seq_cst))
 		arm(s);
-	/* release: fanout_sink_destroy's acquire read of 0 means no
-	 * publisher touches the sink any more. */
-	atomic_fetch_sub_explicit(&s->pending, 1, memory_order_release);
 }
 
 static struct record *take(struct fanout_sink *s)
@@ -293,17 +302,7 @@ int fanout_sink_create(struct fanout_engine *e, struct fanout_sink **out)
 	return fanout__sink_new(e, false, out);
 }
 
-static void sink_free_rcu(struct rcu_head *head)
-{
-	struct fanout_sink *s = caa_container_of(head, struct fanout_sink, rcu);
-
-	FQ_HANDOFF_ACQUIRE(&fanout__rcu_token);
-	FQ_HANDOFF_ACQUIRE(s);
-	fanout__free(s, sizeof(*s));
-}
-
-/* Free queued events and the sink; no publisher may still target it. */
-static void sink_free(struct fanout_sink *s)
+static void drain_and_close(struct fanout_sink *s)
 {
 	struct record *rec;
 
@@ -311,11 +310,26 @@ static void sink_free(struct fanout_sink *s)
 		fanout__rec_put(rec, 1);
 	close(s->efd);
 	cds_wfcq_destroy(&s->head, &s->tail);
+}
+
+/* After a grace period no publisher is inside this sink any more (they
+ * publish under the RCU read lock): drain what they left, then free. */
+static void sink_free_rcu(struct rcu_head *head)
+{
+	struct fanout_sink *s = caa_container_of(head, struct fanout_sink, rcu);
+
+	FQ_HANDOFF_ACQUIRE(&fanout__rcu_token);
+	FQ_HANDOFF_ACQUIRE(s);
+	drain_and_close(s);
+	fanout__free(s, sizeof(*s));
+}
+
+static void sink_unlink(struct fanout_sink *s)
+{
 	fanout__read_lock();
 	cds_lfht_del(s->e->sinks, &s->node);
 	fanout__read_unlock();
 	FQ_HANDOFF_RELEASE(s);
-	call_rcu(&s->rcu, sink_free_rcu);
 }
 
 int fanout_sink_destroy(struct fanout_sink *s)
@@ -325,7 +339,8 @@ int fanout_sink_destroy(struct fanout_sink *s)
 	/* acquire: pairs with the release decrement at the end of publish. */
 	if (atomic_load_explicit(&s->pending, memory_order_acquire))
 		return -EBUSY;
-	sink_free(s);
+	sink_unlink(s);
+	call_rcu(&s->rcu, sink_free_rcu);
 	return 0;
 }
 
@@ -349,7 +364,11 @@ void fanout__sinks_destroy(struct fanout_engine *e)
 	fanout__lfht_for_each(e->sinks, &iter, node) {
 		s = caa_container_of(node, __typeof__(*s), node);
 		FQ_HANDOFF_ACQUIRE(s);
-		sink_free(s);
+		/* Quiescent engine: nobody publishes; free synchronously so
+		 * the records it releases are queued before rcu_barrier. */
+		sink_unlink(s);
+		drain_and_close(s);
+		fanout__free(s, sizeof(*s));
 	}
 	fanout__read_unlock();
 	cds_lfht_destroy(e->sinks, NULL);
