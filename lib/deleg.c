@@ -164,11 +164,15 @@ void fanout__finalise(struct record *rec)
 	}
 	rec->finish_seq = atomic_fetch_add_explicit(&e->finish_seq, 1,
 						    memory_order_relaxed);
-	/* release: lookups that read FINISHED (acquire) see ev complete. */
-	atomic_store_explicit(&rec->state, REC_FINISHED, memory_order_release);
 	atomic_fetch_add_explicit(&e->st_completed, 1, memory_order_relaxed);
 
-	fanout__read_lock(); /* pruning deletes from the table */
+	/* `state` turns FINISHED exactly when the event can be had, seen from
+	 * both sides: a lookup that reads FINISHED finds the event in the
+	 * sink (so the store comes after the enqueue), and a consumer that
+	 * took the event sees FINISHED in lookup (so the consumer stores it
+	 * too, in the sink's take(); both are release stores after ev was
+	 * written).  A synchronous caller is woken only after the store. */
+	fanout__read_lock(); /* publish and pruning run under the read lock */
 	if (rec->background) {
 		struct fanout_sink *s = rec->sink;
 
@@ -176,7 +180,11 @@ void fanout__finalise(struct record *rec)
 		atomic_fetch_sub_explicit(&e->async_running, 1,
 					  memory_order_release);
 		fanout__sink_publish(s, rec);
+		atomic_store_explicit(&rec->state, REC_FINISHED,
+				      memory_order_release);
 	} else {
+		atomic_store_explicit(&rec->state, REC_FINISHED,
+				      memory_order_release);
 		fq_done_signal(&rec->done_word);
 	}
 	fanout__table_retire(e, rec);
@@ -352,8 +360,9 @@ int fanout__cancel_rec(struct record *rec, unsigned how)
 	uint32_t old;
 
 	bits |= how & CANCEL_SHUTDOWN;
-	/* acquire: pairs with the release store of FINISHED in finalise. */
-	if (atomic_load_explicit(&rec->state, memory_order_acquire) == REC_FINISHED)
+	/* acquire: pairs with the join's last decrement; 0 remaining means
+	 * every child is done and the event is (being) published. */
+	if (atomic_load_explicit(&rec->remaining, memory_order_acquire) == 0)
 		return -EALREADY;
 	/* release: a child that sees the bit in fanout_interrupted() sees
 	 * everything the canceller did before. */

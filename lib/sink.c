@@ -170,6 +170,9 @@ static struct record *take(struct fanout_sink *s)
 		return NULL;
 	rec = caa_container_of(node, struct record, qnode);
 	FQ_HANDOFF_ACQUIRE(rec);
+	/* release: the finaliser may not have stored FINISHED yet; a lookup
+	 * after we hand the event out must see it finished (deleg.c). */
+	atomic_store_explicit(&rec->state, REC_FINISHED, memory_order_release);
 	return rec;
 }
 
@@ -232,6 +235,8 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 	if (timeout_ms > 0)
 		deadline = fq_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	spin_until = fq_now_ns() + fq_spin_ns(s->e->q);
+	if (deadline && spin_until > deadline)
+		spin_until = deadline; /* never spin past the caller's timeout */
 	for (i = 0;; i++) {
 		uint32_t v;
 
