@@ -114,7 +114,6 @@ install: all fanout.pc
 	install -m 755 build/plain/libfanout.so \
 		$(DESTDIR)$(LIBDIR)/libfanout.so.$(VERSION)
 	ln -sf libfanout.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfanout.so.0
-	ln -sf libfanout.so.0 $(DESTDIR)$(LIBDIR)/libfanout.so
 	install -m 644 fanout.pc $(DESTDIR)$(LIBDIR)/pkgconfig/fanout.pc
 
 uninstall:

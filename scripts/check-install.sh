@@ -32,4 +32,13 @@ int main(void)
 }
 APP
 cc "$tmp/app.c" -o "$tmp/app" $(pkg-config --cflags --libs --static fanout)
+if ldd "$tmp/app" | grep -q libfanout; then
+	echo "check-install: the program linked the shared library, not libfanout.a" >&2
+	exit 1
+fi
 "$tmp/app"
+# The shared library, by its soname, for bindings.
+test -e "$tmp/root/usr/local/lib/libfanout.so.0"
+nm -D --defined-only "$tmp/root/usr/local/lib/libfanout.so.0" | awk '$2 == "T" {print $3}' |
+	grep -v '^fanout_' && { echo "check-install: non-fanout_ export" >&2; exit 1; }
+echo "check-install: static link via pkg-config --static, shared library exports only fanout_*"
