@@ -125,6 +125,8 @@ void fanout__finalise(struct record *rec)
 {
 	struct fanout_engine *e = rec->e;
 	struct fanout_event *ev = &rec->ev;
+	/* relaxed: any cancel that matters happened before the join's last
+	 * decrement (acq_rel), which our caller performed just now. */
 	uint32_t cancel = atomic_load_explicit(&rec->cancel, memory_order_relaxed);
 	unsigned i, nc = 0, ne = 0, ni = 0;
 	double cost = 0;
@@ -162,6 +164,9 @@ void fanout__finalise(struct record *rec)
 		ev->status = FANOUT_ERROR;
 		ev->error = "no child completed";
 	}
+	/* relaxed: finish_seq needs only the RMW's total order (it is read by
+	 * other finalisers through the kept[] CAS, acq_rel); st_completed is
+	 * a statistic. */
 	rec->finish_seq = atomic_fetch_add_explicit(&e->finish_seq, 1,
 						    memory_order_relaxed);
 	atomic_fetch_add_explicit(&e->st_completed, 1, memory_order_relaxed);
@@ -176,7 +181,8 @@ void fanout__finalise(struct record *rec)
 	if (rec->background) {
 		struct fanout_sink *s = rec->sink;
 
-		/* Give the capacity slot back before the event can be seen. */
+		/* Give the capacity slot back before the event can be seen.
+		 * release: pairs with the acquire fetch_add in dispatch. */
 		atomic_fetch_sub_explicit(&e->async_running, 1,
 					  memory_order_release);
 		fanout__sink_publish(s, rec);
@@ -278,7 +284,7 @@ static void run_chunk(struct record *rec, unsigned i, unsigned end)
 		run_child(rec, j, &clock);
 		ran++;
 	}
-	if (ran != end - i)
+	if (ran != end - i) /* relaxed: a statistic */
 		atomic_fetch_add_explicit(&e->st_skipped, end - i - ran,
 					  memory_order_relaxed);
 	self = fq_self(e->q);
@@ -288,7 +294,7 @@ static void run_chunk(struct record *rec, unsigned i, unsigned end)
 		atomic_store_explicit(cnt,
 				      atomic_load_explicit(cnt, memory_order_relaxed) + ran,
 				      memory_order_relaxed);
-	} else {
+	} else { /* relaxed: a statistic */
 		atomic_fetch_add_explicit(&e->st_helper_children, ran,
 					  memory_order_relaxed);
 	}
@@ -343,6 +349,7 @@ unsigned fanout__claim_rest(struct record *rec)
 		return 0;
 	for (i = old; i < n; i++)
 		skip_child(rec, i);
+	/* relaxed: a statistic */
 	atomic_fetch_add_explicit(&rec->e->st_skipped, n - old,
 				  memory_order_relaxed);
 	/* acq_rel: as in run_child, for the whole range at once. */
@@ -367,7 +374,7 @@ int fanout__cancel_rec(struct record *rec, unsigned how)
 	/* release: a child that sees the bit in fanout_interrupted() sees
 	 * everything the canceller did before. */
 	old = atomic_fetch_or_explicit(&rec->cancel, bits, memory_order_release);
-	if (!old)
+	if (!old) /* relaxed: a statistic */
 		atomic_fetch_add_explicit(&rec->e->st_cancelled, 1,
 					  memory_order_relaxed);
 	fanout__claim_rest(rec);
@@ -402,6 +409,7 @@ static fanout_id new_id(struct fanout_engine *e)
 
 static int reject(struct fanout_engine *e, int err)
 {
+	/* relaxed: a statistic */
 	atomic_fetch_add_explicit(&e->st_rejected, 1, memory_order_relaxed);
 	return err;
 }
@@ -570,7 +578,7 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	atomic_init(&rec->refs, 2 + got);
 	rec->chunk = chunk_for(b->ntasks, got);
 	id = rec->id;
-	atomic_fetch_add_explicit(&e->st_dispatched, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->st_dispatched, 1, memory_order_relaxed); /* stat */
 	fanout__read_lock();
 	fanout__table_insert(e, rec);
 	fanout__read_unlock();
@@ -584,6 +592,7 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 out_credits:
 	fq_unreserve(e->q, got);
 out_async:
+	/* relaxed: undoing our own increment publishes nothing. */
 	atomic_fetch_sub_explicit(&e->async_running, 1, memory_order_relaxed);
 	fanout__active_put(e, 2);
 	return reject(e, err);
@@ -617,7 +626,7 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	/* refs: table + event (returned to the caller) + caller + tokens. */
 	atomic_init(&rec->refs, 3 + extra);
 	rec->chunk = chunk_for(b->ntasks, extra + 1);
-	atomic_fetch_add_explicit(&e->st_runs, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->st_runs, 1, memory_order_relaxed); /* stat */
 	fanout__read_lock();
 	fanout__table_insert(e, rec);
 	fanout__read_unlock();

@@ -78,7 +78,7 @@ int fanout_describe_error(struct fanout_engine *e, int err, char *buf,
 				"%s [%u of max_async=%u background delegations "
 				"running; queue_slots=%u]",
 				base,
-				atomic_load_explicit(&e->async_running,
+				atomic_load_explicit(&e->async_running, /* a figure */
 						     memory_order_relaxed),
 				e->cfg.max_async, e->cfg.queue_slots);
 	case E2BIG:

@@ -79,6 +79,7 @@ int fanout__sink_new(struct fanout_engine *e, bool is_default,
 	if (!s)
 		return -ENOMEM;
 	memset(s, 0, sizeof(*s));
+	/* relaxed: a test knob (fanout_testing.h); it orders nothing. */
 	at = atomic_load_explicit(&fanout__fail_eventfd_at, memory_order_relaxed);
 	if (at > 0 && atomic_fetch_sub(&fanout__fail_eventfd_at, 1) == 1) {
 		s->efd = -1;
@@ -248,7 +249,7 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 			unsigned k;
 
 			for (k = 0; k < 64 && cds_wfcq_empty(&s->head, &s->tail); k++)
-				ck_pr_stall();
+				fq_spin_relax(k);
 			continue;
 		}
 		v = fq_ec_prepare(&s->ec);
@@ -276,6 +277,8 @@ int fanout_sink_fd(struct fanout_sink *s)
 {
 	if (!s)
 		return -EINVAL;
+	/* relaxed: only a shortcut; the seq_cst store below is the real
+	 * publication, and storing true twice is harmless. */
 	if (!atomic_load_explicit(&s->fd_used, memory_order_relaxed)) {
 		atomic_store_explicit(&s->fd_used, true, memory_order_seq_cst);
 		/* seq_cst fence: store fd_used; fence; check queue - pairs
@@ -302,6 +305,8 @@ int fanout_sink_create(struct fanout_engine *e, struct fanout_sink **out)
 {
 	if (!e || !out)
 		return -EINVAL;
+	/* acquire: pairs with the seq_cst exchange in fanout_shutdown(); a
+	 * sink created concurrently with shutdown is harmless either way. */
 	if (atomic_load_explicit(&e->shutting, memory_order_acquire))
 		return -ESHUTDOWN;
 	return fanout__sink_new(e, false, out);

@@ -144,7 +144,8 @@ void fanout__table_destroy(struct fanout_engine *e)
 	}
 	fanout__read_unlock();
 	for (i = 0; i < e->cfg.keep_completed; i++)
-		atomic_store_explicit(&e->kept[i], NULL, memory_order_relaxed);
+		atomic_store_explicit(&e->kept[i], NULL,
+				      memory_order_relaxed); /* quiescent */
 	fanout__free(e->kept, sizeof(*e->kept) * e->cfg.keep_completed);
 	e->kept = NULL;
 	cds_lfht_destroy(e->table, NULL);
@@ -162,6 +163,7 @@ static void snapshot(const struct record *rec, struct fanout_info *info)
 	info->depth = rec->depth;
 	info->background = rec->background;
 	info->user = rec->ev.user;
+	/* relaxed: a flag for display; nothing is read through it. */
 	info->cancelled =
 		atomic_load_explicit(&rec->cancel, memory_order_relaxed) != 0;
 	/* acquire: pairs with the release store of FINISHED in finalise. */

@@ -114,6 +114,14 @@ static long futex(_Atomic uint32_t *uaddr, int op, uint32_t val,
 	return syscall(SYS_futex, (uint32_t *)uaddr, op, val, ts, NULL, 0);
 }
 
+void fq_spin_relax(unsigned i)
+{
+	if ((i & 63) == 63)
+		sched_yield();
+	else
+		ck_pr_stall();
+}
+
 /* ------------------------------------------------------------ eventcount */
 
 uint32_t fq_ec_prepare(struct fq_ec *ec)
@@ -187,7 +195,7 @@ void fq_done_wait(_Atomic uint32_t *word, uint64_t spin_ns)
 			else if (now >= deadline)
 				break;
 		}
-		ck_pr_stall();
+		fq_spin_relax(i);
 	}
 	for (;;) {
 		uint32_t expect = 0;
@@ -226,7 +234,7 @@ unsigned fq_reserve(struct fq *q, unsigned want, unsigned min)
 
 void fq_unreserve(struct fq *q, unsigned n)
 {
-	if (n)
+	if (n) /* relaxed: see fq_reserve() */
 		atomic_fetch_add_explicit(&q->credits, (int)n,
 					  memory_order_relaxed);
 }
@@ -306,7 +314,7 @@ static void *worker_main(void *arg)
 				else if (now >= deadline)
 					break;
 			}
-			ck_pr_stall();
+			fq_spin_relax(i);
 		}
 		if (take(q, &w)) {
 			run_item(self, w);
@@ -493,6 +501,7 @@ void fq_worker_stats(const struct fq *q, unsigned i, struct fq_worker_stats *st)
 {
 	const struct fq_worker *wk = &q->workers[i];
 
+	/* relaxed: statistics, written only by their worker (W). */
 	st->items = atomic_load_explicit(&wk->items, memory_order_relaxed);
 	st->parks = atomic_load_explicit(&wk->parks, memory_order_relaxed);
 	st->wakeups = atomic_load_explicit(&wk->wakeups, memory_order_relaxed);

@@ -135,4 +135,13 @@ extern _Atomic long fq__fail_thread_at;
 
 uint64_t fq_now_ns(void);
 
+/*
+ * One step of a spin-wait, i = the iteration count.  A pause, and every 64th
+ * step a sched_yield(): with more runnable threads than CPUs (a 2-core box
+ * running two workers and the application), a spinner must not keep the
+ * thread that would produce its work off the CPU.  When nothing else is
+ * runnable on this CPU, sched_yield() returns at once.
+ */
+void fq_spin_relax(unsigned i);
+
 #endif
