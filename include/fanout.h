@@ -345,8 +345,10 @@ struct fanout_stats {
  * @out: receives the engine.
  *
  * Return: 0; -EINVAL for NULL @out, unknown flags or an out-of-range field
- * (nothing is created); -ENOMEM; -EAGAIN when a thread or eventfd cannot be
- * created (all threads already started are stopped again).
+ * (nothing is created); -ENOMEM; -EAGAIN when a worker thread cannot be
+ * created (all threads already started are stopped again); -EMFILE or
+ * -ENFILE when the default sink's eventfd cannot be created.  On error
+ * nothing is left behind.
  */
 FANOUT_API int fanout_create(const struct fanout_config *cfg,
 			     struct fanout_engine **out);
