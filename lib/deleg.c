@@ -100,9 +100,12 @@ void fanout__rec_put(struct record *rec, uint32_t n)
 
 void fanout__active_put(struct fanout_engine *e, uint32_t n)
 {
-	/* acq_rel: the shutdown waiter that sees 0 must see every record's
-	 * publication; pairs with the acquire load in fanout_shutdown(). */
-	if (atomic_fetch_sub_explicit(&e->active, n, memory_order_acq_rel) == n &&
+	/* seq_cst: the store-load pair against fanout_shutdown's prepare
+	 * (seq_cst RMW) and load of `active`: either shutdown reads our
+	 * decrement, or we read `shutting` set and signal (store-buffering;
+	 * acq_rel would not forbid both missing).  Release part: a waiter that
+	 * sees 0 sees every record's publication. */
+	if (atomic_fetch_sub_explicit(&e->active, n, memory_order_seq_cst) == n &&
 	    atomic_load_explicit(&e->shutting, memory_order_seq_cst))
 		fq_ec_signal(&e->drained, 1);
 }

@@ -172,9 +172,10 @@ static void wait_word(struct fanout_engine *e, _Atomic uint32_t *word,
 	for (;;) {
 		uint32_t v = fq_ec_prepare(&e->drained);
 
-		/* acquire: pairs with the acq_rel decrement in
-		 * fanout__active_put() / the release store of shut_done. */
-		if (atomic_load_explicit(word, memory_order_acquire) == want) {
+		/* seq_cst: after the seq_cst announcement in fq_ec_prepare;
+		 * pairs with the seq_cst decrement in fanout__active_put() and
+		 * the release store of shut_done. */
+		if (atomic_load_explicit(word, memory_order_seq_cst) == want) {
 			fq_ec_done(&e->drained);
 			return;
 		}

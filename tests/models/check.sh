@@ -1,6 +1,7 @@
 #!/bin/sh
 # Run one Promela model variant through spin and check the verdict.
-# Usage: tests/models/check.sh NAME MODEL.pml EXPECT 'SPIN_FLAGS' 'CC_FLAGS' 'PAN_FLAGS'
+# Usage: tests/models/check.sh NAME MODEL.pml EXPECT \
+#            'SPIN_FLAGS' 'CC_FLAGS' 'PAN_FLAGS'
 #   NAME      scratch dir name under $MODELS_OUT (default build/models)
 #   EXPECT    pass  - pan must report errors: 0 and a complete search
 #             fail  - pan must report errors > 0 (a seeded bug was caught)
@@ -14,6 +15,9 @@ name=$1 model=$2 expect=$3 spinflags=${4:-} ccflags=${5:-} panflags=${6:-}
 out=${MODELS_OUT:-build/models}/$name
 SPIN=${SPIN:-spin}
 MODEL_CC=${MODEL_CC:-gcc}
+# pan's memory cap in MB: a run that needs more stops and counts as
+# incomplete instead of swapping the machine to death.
+MODELS_MEMLIM=${MODELS_MEMLIM:-2048}
 
 rm -rf "$out" && mkdir -p "$out" || exit 1
 cp "$model" "$out/" || exit 1
@@ -27,7 +31,8 @@ if ! $SPIN $spinflags -a "$base" >spin.log 2>&1; then
 	echo "models: $name: spin -a failed:" >&2; cat spin.log >&2; exit 1
 fi
 # shellcheck disable=SC2086
-if ! $MODEL_CC -O2 -w $ccflags -o pan pan.c >cc.log 2>&1; then
+if ! $MODEL_CC -O2 -w -DMEMLIM="$MODELS_MEMLIM" $ccflags -o pan pan.c \
+	>cc.log 2>&1; then
 	echo "models: $name: building pan failed:" >&2; cat cc.log >&2; exit 1
 fi
 # shellcheck disable=SC2086
@@ -36,7 +41,8 @@ t1=$(now)
 
 errors=$(sed -n 's/.*errors: \([0-9][0-9]*\).*/\1/p' pan.out | tail -n 1)
 states=$(sed -n 's/^ *\([0-9.e+]*\) states, stored.*/\1/p' pan.out | tail -n 1)
-pantime=$(sed -n 's/^pan: elapsed time \([0-9.e+-]*\) seconds.*/\1/p' pan.out | tail -n 1)
+pantime=$(sed -n 's/^pan: elapsed time \([0-9.e+-]*\) seconds.*/\1/p' pan.out |
+	tail -n 1)
 wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
 what=$(grep -m 1 -E '^pan:1: ' pan.out | sed 's/^pan:1: //')
 mode="${ccflags#-D}${spinflags:+ $spinflags}${panflags:+ pan $panflags}"
@@ -44,14 +50,15 @@ mode="${ccflags#-D}${spinflags:+ $spinflags}${panflags:+ pan $panflags}"
 if [ -z "$errors" ]; then
 	echo "models: $name: no verdict from pan:" >&2; cat pan.out >&2; exit 1
 fi
-line=$(printf '%-28s %-26s errors %-2s states %-9s pan %5ss  total %5ss' \
+line=$(printf '%-20s %-32s errors %-2s states %-9s pan %5ss  total %5ss' \
 	"$name" "[$mode]" "$errors" "${states:-?}" "${pantime:-?}" "$wall")
 
 bad=""
 if [ "$expect" = pass ]; then
 	[ "$errors" -eq 0 ] || bad="expected errors: 0"
 	# a truncated search proves nothing
-	if grep -q -e 'max search depth too small' -e 'out of memory' pan.out; then
+	if grep -q -e 'max search depth too small' -e 'out of memory' \
+		-e 'MEMLIM bound' pan.out; then
 		bad="search incomplete (depth or memory)"
 	fi
 	[ -z "$bad" ] && echo "$line  ok: verified"

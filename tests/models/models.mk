@@ -23,25 +23,30 @@ models-$(1): models-deps
 MODELS_RUNS += models-$(1)
 endef
 
-# join/cancel claim: N=3 children, 2 workers + helping caller, 1 canceller
+# join/cancel claim: N=3 children, 2 workers + the helping caller, and a
+# canceller; also N=4, and two cancellers racing (cancel + shutdown)
 $(eval $(call models_run,join_cancel,join_cancel,pass,,-DSAFETY,))
 $(eval $(call models_run,join_cancel-N4,join_cancel,pass,-DN=4,-DSAFETY,))
+$(eval $(call models_run,join_cancel-C2,join_cancel,pass,-DC=2,-DSAFETY,))
 $(eval $(call models_run,join_cancel-bug1,join_cancel,fail,-DBUG=1,-DSAFETY,))
 $(eval $(call models_run,join_cancel-bug2,join_cancel,fail,-DBUG=2,-DSAFETY,))
 
-# park/wake: 2 workers, 2 items (and 3 x 3); safety + non-progress
+# park/wake: 2 workers, 2 items; 3 x 3; fq_submit's batch form; safety and
+# non-progress (no execution runs forever)
 $(eval $(call models_run,park_wake,park_wake,pass,,-DSAFETY,))
 $(eval $(call models_run,park_wake-np,park_wake,pass,,-DNP,-l))
 $(eval $(call models_run,park_wake-W3K3,park_wake,pass,-DW=3 -DK=3,-DSAFETY,))
+$(eval $(call models_run,park_wake-batch,park_wake,pass,-DBATCH=1 -DW=3 -DK=3,-DSAFETY,))
 $(eval $(call models_run,park_wake-bug1,park_wake,fail,-DBUG=1,-DSAFETY,))
 $(eval $(call models_run,park_wake-bug2,park_wake,fail,-DBUG=2,-DSAFETY,))
 $(eval $(call models_run,park_wake-bug3-np,park_wake,fail,-DBUG=3,-DNP,-l))
 
-# shutdown drain: 2 delegations (and 3) racing fanout_shutdown
+# shutdown drain: 2 delegations racing fanout_shutdown (D=3 needs > 3 GB)
 $(eval $(call models_run,shutdown_drain,shutdown_drain,pass,,-DSAFETY,))
-$(eval $(call models_run,shutdown_drain-D3,shutdown_drain,pass,-DD=3,-DSAFETY,))
 $(eval $(call models_run,shutdown_drain-bug1,shutdown_drain,fail,-DBUG=1,-DSAFETY,))
 $(eval $(call models_run,shutdown_drain-bug2,shutdown_drain,fail,-DBUG=2,-DSAFETY,))
+$(eval $(call models_run,shutdown_drain-bug3,shutdown_drain,fail,-DBUG=3,-DSAFETY,))
+$(eval $(call models_run,shutdown_drain-bug4,shutdown_drain,fail,-DBUG=4,-DSAFETY,))
 
 .PHONY: models models-deps
 models: $(MODELS_RUNS)

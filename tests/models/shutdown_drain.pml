@@ -41,7 +41,9 @@
  *     exactly once, and a refused one never publishes;
  *   - the queue is never stopped under a submit (no fq_submit after it).
  *
- * Sizes: D delegations (2) race one fanout_shutdown; spin -DD=3 widens it.
+ * Sizes: D delegations (2) race one fanout_shutdown; -DD=3 is valid but
+ * needs more than 3 GB of pan memory (over 21 million states), so `make
+ * models` checks D=2: every pair of dispatches against the one shutdown.
  *
  * Variants (spin -DBUG=n -a shutdown_drain.pml):
  *   (none)  the protocol above: must verify with errors: 0.
@@ -58,19 +60,30 @@
  *           scan's cancel can finalise the record, active reaches 0 and
  *           shutdown stops the queue under the submit.
  *
- * Spin explores sequentially consistent interleavings only. Both races
- * are the store-buffering (Dekker) pattern - "active += 2; read shutting"
- * vs "write shutting; read active", and "insert; read shutting" vs "write
- * shutting; scan the table" - so each side needs a seq_cst RMW or a
- * seq_cst fence between its write and its read for the C code to have
- * only the outcomes modelled here.
+ * Spin explores sequentially consistent interleavings only. Three races
+ * here are the store-buffering (Dekker) pattern, and for each the C code
+ * must forbid the outcome "both reads stale", which no SC interleaving has:
+ *   - enter "active += 2; read shutting" vs shutdown "write shutting;
+ *     fence; read active": seq_cst RMW + seq_cst load on the dispatch side,
+ *     seq_cst exchange + seq_cst fence on the shutdown side;
+ *   - "insert; fence; read shutting" vs "write shutting; fence; scan":
+ *     a seq_cst fence on each side;
+ *   - put "active -= n; read shutting" (no signal if it reads 0) vs the
+ *     same shutdown sequence: C11 only guarantees that shutdown's read of
+ *     active (after its seq_cst fence) sees the decrement if the decrement
+ *     is itself seq_cst (C11 7.17.3, the seq_cst fence rule, speaks of
+ *     the last seq_cst modification before the fence); acq_rel is enough on
+ *     x86, ARMv8, POWER and RISC-V, but not by the letter of C11.
+ * The drained eventcount needs nothing more: if put's signal finds no
+ * waiter, shutdown's v = seq reads the bumped seq and acquires the
+ * decrement through it.
  */
 
 #ifndef D
 #define D 2            /* delegations dispatched concurrently with shutdown */
 #endif
 
-byte inflight = 0;       /* e->inflight */
+byte inflight = 0;     /* e->active */
 bool shutting = 0;     /* e->shutting */
 bool qstopped = 0;     /* fq_stop() has run */
 
@@ -95,12 +108,13 @@ inline signal_drained()
 	fi
 }
 
+/* `last` is scratch: cleared again so it does not split states */
 inline put(n)
 {
-	d_step { pold = inflight; inflight = inflight - n };
+	d_step { last = (inflight == n); inflight = inflight - n };
 	if
-	:: pold == n && shutting -> signal_drained()
-	:: else
+	:: last && shutting -> last = 0; signal_drained()
+	:: else -> last = 0
 	fi
 }
 
@@ -124,7 +138,7 @@ inline cancel(r)
 		taken[r] = 1
 	};
 	if
-	:: mine -> finalise(r)                  /* all children interrupted */
+	:: mine -> mine = 0; finalise(r)        /* all children interrupted */
 	:: else
 	fi
 }
@@ -148,14 +162,14 @@ inline check_published()
 proctype runner(byte id)
 {
 	bool mine;
-	byte pold;
+	bool last;
 
 	d_step {                                /* claim the children */
 		mine = !taken[id];
 		taken[id] = 1
 	};
 	if
-	:: mine ->
+	:: mine -> mine = 0;
 		if
 		:: true                         /* they finish by themselves */
 		:: true -> cancelled[id]        /* they run until interrupted */
@@ -168,7 +182,7 @@ proctype runner(byte id)
 proctype dispatcher(byte id)
 {
 	bool mine;
-	byte pold;
+	bool last;
 
 	d_step { inflight = inflight + 2 };         /* seq_cst RMW */
 	if
@@ -200,7 +214,8 @@ done:
 
 proctype shutdown()
 {
-	byte r, v, pold;
+	byte r, v;
+	bool last;
 	bool mine;
 
 	shutting = 1;                           /* store; seq_cst fence */
@@ -235,7 +250,8 @@ proctype shutdown()
 			if
 			:: seq == v -> sleeping = 1
 			:: else
-			fi
+			fi;
+			v = 0
 		};
 		!sleeping;
 		waiters--
