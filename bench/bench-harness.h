@@ -16,13 +16,17 @@ struct peer_inst {
 	unsigned maxn;
 	pid_t *tids;   /* threads that appeared when it started and warmed up */
 	size_t ntids;
+	/* hx_throughput with one batch in flight: the median time of one
+	 * batch (submit to join), robust to preemption; NaN otherwise */
+	double last_batch_p50;
 };
 
 #define HX_MAX_INFLIGHT 64
 #define HX_MAX_BATCH 4096
 
-/* Start every compiled-in peer with bench_opt.nthreads threads. */
-void hx_start_all(void);
+/* Start every compiled-in peer (or only fanout's two adapters) with
+ * bench_opt.nthreads threads. */
+void hx_start_all(bool fanout_only);
 void hx_stop_all(void);
 size_t hx_count(void);
 struct peer_inst *hx_at(size_t i);

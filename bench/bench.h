@@ -234,6 +234,10 @@ struct bench_opts {
 	bool no_plots;
 	bool verbose;
 	const char *only;    /* comma list of scenario names, NULL = all */
+	const char *peers;   /* comma list of peer names, NULL = all */
+	const char *sizes;   /* comma list of batch sizes, NULL = all */
+	char load_start[64]; /* /proc/loadavg when the run began and ended */
+	char load_end[64];
 	const char *outdir;  /* bench/out */
 	const char *results; /* bench/RESULTS.md */
 	const char *python;  /* path of peer_python.py */
@@ -241,6 +245,8 @@ struct bench_opts {
 };
 extern struct bench_opts bench_opt;
 bool bench_want(const char *scenario);
+/* Is @name in the comma-separated @list (NULL or "" = everything)? */
+bool bench_in_list(const char *list, const char *name);
 
 #ifdef __cplusplus
 }

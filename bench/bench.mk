@@ -1,10 +1,55 @@
 # Included by the top Makefile.  Owns every bench target.
-BENCH_SRC := $(sort $(wildcard bench/fanout-bench*.c))
-build/plain/fanout-bench: $(BENCH_SRC) $(wildcard bench/*.h) build/plain/libfanout.a
-	$(CC) $(BASE_CFLAGS) $(CFLAGS_plain) -Ibench $(BENCH_SRC) -o $@ \
-		build/plain/libfanout.a $(DEP_LIBS) -ljemalloc -lm
+#
+#   make run          the full side-by-side comparison (about 3 minutes):
+#                     fanout, its peers, the physical limits; the table on
+#                     stdout, plots in bench/out/, bench/RESULTS.md
+#   make bench        the same with longer sweeps (--long)
+#   make bench-quick  fanout alone: orchestrator load, batch sweep, latency
+#   BENCH_ARGS=...    extra options, e.g. BENCH_ARGS="--json --only latency"
+#
+# The peers come from Debian packages, installed by scripts/deps.sh.
+BENCH_DEPS := libuv1-dev libglib2.0-dev libtbb-dev g++ gnuplot-nox python3
+BENCH_BIN  := build/plain/fanout-bench
+BENCH_OBJ  := build/plain/bench
+BENCH_SRC  := $(sort $(wildcard bench/fanout-bench*.c))
+BENCH_HDR  := $(wildcard bench/*.h) include/fanout.h
+BENCH_PEER_C := bench/peer_mutexpool.c bench/peer_uv.c bench/peer_glib.c \
+	bench/peer_omp.c
+BENCH_OBJS := $(patsubst bench/%.c,$(BENCH_OBJ)/%.o,$(BENCH_SRC) $(BENCH_PEER_C)) \
+	$(BENCH_OBJ)/peer_tbb.o
+BENCH_CFLAGS := $(BASE_CFLAGS) $(CFLAGS_plain) -Ibench -DBENCH_HAVE_PEERS
+# pkg-config is asked only when a bench recipe runs (after bench-deps).
+BENCH_PKG_CFLAGS = $(shell pkg-config --cflags libuv glib-2.0 2>/dev/null)
+BENCH_PKG_LIBS = $(shell pkg-config --libs libuv glib-2.0 tbb 2>/dev/null || \
+	echo -luv -lglib-2.0 -ltbb)
 
-run: deps build/plain/fanout-bench
-	build/plain/fanout-bench $(BENCH_ARGS)
+.PHONY: bench-deps bench-quick
 
-bench: run
+bench-deps:
+	@sh scripts/deps.sh $(BENCH_DEPS)
+
+$(BENCH_OBJ)/%.o: bench/%.c $(BENCH_HDR) | bench-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(BENCH_CFLAGS) $(BENCH_PKG_CFLAGS) -c $< -o $@
+
+$(BENCH_OBJ)/peer_omp.o: bench/peer_omp.c $(BENCH_HDR) | bench-deps
+	@mkdir -p $(dir $@)
+	$(CC) $(BENCH_CFLAGS) -fopenmp -c $< -o $@
+
+$(BENCH_OBJ)/peer_tbb.o: bench/peer_tbb.cpp $(BENCH_HDR) | bench-deps
+	@mkdir -p $(dir $@)
+	g++ -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter \
+		-Ibench -Iinclude -c $< -o $@
+
+$(BENCH_BIN): $(BENCH_OBJS) build/plain/libfanout.a
+	g++ -o $@ $(BENCH_OBJS) build/plain/libfanout.a $(DEP_LIBS) -ljemalloc \
+		$(BENCH_PKG_LIBS) -fopenmp -lm
+
+run: deps bench-deps $(BENCH_BIN)
+	$(BENCH_BIN) $(BENCH_ARGS)
+
+bench: deps bench-deps $(BENCH_BIN)
+	$(BENCH_BIN) --long $(BENCH_ARGS)
+
+bench-quick: deps bench-deps $(BENCH_BIN)
+	$(BENCH_BIN) --quick $(BENCH_ARGS)

@@ -6,10 +6,21 @@
  *              CPU 0 and CPU 1 (plain loads/stores, no pause: the fastest a
  *              hand-off can be answered);
  *   ck_ring    cost per item of a raw ck_ring SPSC stream, producer pinned
- *              to CPU 0, consumer to CPU 1 (total time / items);
+ *              to CPU 0, consumer to CPU 1;
  *   futex      round trip of two threads that each sleep in FUTEX_WAIT and
  *              wake the other with FUTEX_WAKE (what waking a parked worker
- *              and being woken by it costs).
+ *              and being woken by it costs), back to back;
+ *
+ * A limit is the typical undisturbed cost, so it is taken robustly: the
+ * ping-pong is timed in blocks of 64 round trips and the ring in blocks of
+ * 1024 items, and the figure is the median block (a block in which the host
+ * preempted a vCPU is an outlier, not the limit); the futex round trips are
+ * timed one by one and the figure is their median.  fanout's latencies are
+ * medians too.
+ *   futex idle the same round trip after both threads slept 2 ms, the gap
+ *              the "parked" latency scenarios use (p50 of the samples): on
+ *              a virtual machine an idle vCPU is descheduled by the host,
+ *              and waking it costs more than waking one that just slept.
  *
  * With one CPU the pinned pairs share it; the figures are then what that
  * machine can do, and still the reference for the ratios.
@@ -28,8 +39,6 @@ struct pair {
 	void *(*fn_b)(void *);
 	uint64_t iters;
 	_Atomic uint32_t ready;
-	uint64_t elapsed;
-	uint64_t t_start, t_end; /* ring: producer's first, consumer's last */
 	/* ping-pong line */
 	_Alignas(BENCH_CACHELINE) _Atomic uint64_t flag;
 	/* futex words, each on its own line */
@@ -38,7 +47,13 @@ struct pair {
 	/* ring */
 	_Alignas(BENCH_CACHELINE) ck_ring_t ring;
 	ck_ring_buffer_t *buf;
+	/* futex after an idle gap: one sample per round trip */
+	uint64_t gap_ns;
+	struct bench_hist *h; /* per block / per round trip samples */
 };
+
+#define PP_BLOCK 64
+#define RING_BLOCK 1024
 
 static int cpu_of(int k)
 {
@@ -57,13 +72,17 @@ static void *pp_a(void *arg)
 	struct pair *p = arg;
 	bench_pin_self(cpu_of(0));
 	start_gate(p);
-	uint64_t t0 = bench_now_ns();
+	uint64_t tb = bench_now_ns();
 	for (uint64_t i = 1; i <= p->iters; i++) {
 		atomic_store_explicit(&p->flag, 2 * i - 1, memory_order_release);
 		while (atomic_load_explicit(&p->flag, memory_order_acquire) != 2 * i)
 			;
+		if (i % PP_BLOCK == 0) {
+			uint64_t t = bench_now_ns();
+			bench_hist_add(p->h, t - tb);
+			tb = t;
+		}
 	}
-	p->elapsed = bench_now_ns() - t0;
 	return NULL;
 }
 
@@ -85,7 +104,6 @@ static void *ring_prod(void *arg)
 	struct pair *p = arg;
 	bench_pin_self(cpu_of(0));
 	start_gate(p);
-	p->t_start = bench_now_ns();
 	for (uintptr_t i = 1; i <= p->iters; i++)
 		while (!ck_ring_enqueue_spsc(&p->ring, p->buf, (void *)i))
 			ck_pr_stall();
@@ -98,14 +116,21 @@ static void *ring_cons(void *arg)
 	bench_pin_self(cpu_of(1));
 	start_gate(p);
 	void *v;
+	uint64_t tb = 0;
 	for (uintptr_t i = 1; i <= p->iters; i++) {
 		while (!ck_ring_dequeue_spsc(&p->ring, p->buf, &v))
 			ck_pr_stall();
+		if (i == 1) {
+			tb = bench_now_ns();
+		} else if ((i - 1) % RING_BLOCK == 0) {
+			uint64_t t = bench_now_ns();
+			bench_hist_add(p->h, t - tb);
+			tb = t;
+		}
 		if ((uintptr_t)v != i)
 			bench_die("ck_ring delivered %zu, expected %zu", (size_t)(uintptr_t)v,
 				  (size_t)i);
 	}
-	p->t_end = bench_now_ns();
 	return NULL;
 }
 
@@ -114,15 +139,35 @@ static void *fx_a(void *arg)
 	struct pair *p = arg;
 	bench_pin_self(cpu_of(0));
 	start_gate(p);
-	uint64_t t0 = bench_now_ns();
+	uint64_t tb = bench_now_ns();
 	for (uint64_t i = 0; i < p->iters; i++) {
 		atomic_store(&p->fb, 1);
 		bench_futex_wake(&p->fb, 1);
 		while (atomic_load(&p->fa) == 0)
 			bench_futex_wait(&p->fa, 0, NULL);
 		atomic_store(&p->fa, 0);
+		uint64_t t = bench_now_ns();
+		bench_hist_add(p->h, t - tb);
+		tb = t;
 	}
-	p->elapsed = bench_now_ns() - t0;
+	return NULL;
+}
+
+static void *fxi_a(void *arg)
+{
+	struct pair *p = arg;
+	bench_pin_self(cpu_of(0));
+	start_gate(p);
+	for (uint64_t i = 0; i < p->iters; i++) {
+		bench_sleep_ns(p->gap_ns);
+		uint64_t t0 = bench_now_ns();
+		atomic_store(&p->fb, 1);
+		bench_futex_wake(&p->fb, 1);
+		while (atomic_load(&p->fa) == 0)
+			bench_futex_wait(&p->fa, 0, NULL);
+		bench_hist_add(p->h, bench_now_ns() - t0);
+		atomic_store(&p->fa, 0);
+	}
 	return NULL;
 }
 
@@ -141,8 +186,9 @@ static void *fx_b(void *arg)
 	return NULL;
 }
 
-static double run_pair(void *(*a)(void *), void *(*b)(void *), uint64_t iters,
-		       bool ring)
+static double run_pair_h(void *(*a)(void *), void *(*b)(void *),
+			 uint64_t iters, bool ring, uint64_t gap_ns,
+			 struct bench_hist *h)
 {
 	struct pair *p = aligned_alloc(BENCH_CACHELINE,
 				       (sizeof(*p) + BENCH_CACHELINE - 1) &
@@ -151,6 +197,8 @@ static double run_pair(void *(*a)(void *), void *(*b)(void *), uint64_t iters,
 		bench_die("out of memory");
 	memset(p, 0, sizeof(*p));
 	p->iters = iters;
+	p->gap_ns = gap_ns;
+	p->h = h;
 	if (ring) {
 		p->buf = aligned_alloc(BENCH_CACHELINE, 1024 * sizeof(*p->buf));
 		if (!p->buf)
@@ -162,54 +210,90 @@ static double run_pair(void *(*a)(void *), void *(*b)(void *), uint64_t iters,
 		bench_die("pthread_create failed");
 	pthread_join(ta, NULL);
 	pthread_join(tb, NULL);
-	double per;
-	if (ring)
-		per = (double)(p->t_end - p->t_start) / (double)iters;
-	else
-		per = (double)p->elapsed / (double)iters;
 	free(p->buf);
 	free(p);
-	return per;
+	return 0;
 }
 
-double bench_limit_pingpong, bench_limit_ring, bench_limit_futex;
+/* Run a pair; return the median block time divided by @per_block. */
+static double run_pair(void *(*a)(void *), void *(*b)(void *), uint64_t iters,
+		       bool ring, unsigned per_block)
+{
+	struct bench_hist *h = bench_hist_new();
+	run_pair_h(a, b, iters, ring, 0, h);
+	double v = bench_hist_quantile(h, 0.5) / per_block;
+	bench_hist_free(h);
+	return v;
+}
+
+double bench_limit_pingpong, bench_limit_ring, bench_limit_futex,
+	bench_limit_futex_idle;
+
+/*
+ * The limits are measured in two sets, at the start and at the end of the
+ * run, and reported as medians over both: on a shared machine the load
+ * changes during the run, and the peers' figures are spread over it too.
+ */
+#define LIM_MAX_ROUNDS 128
+static double lim_pp[LIM_MAX_ROUNDS], lim_rg[LIM_MAX_ROUNDS],
+	lim_fx[LIM_MAX_ROUNDS];
+static unsigned lim_n;
+static struct bench_hist *lim_hi;
 
 void bench_limits(void)
 {
 	unsigned R = bench_opt.rounds;
-	double *pp = calloc(R, sizeof(double)), *rg = calloc(R, sizeof(double)),
-	       *fx = calloc(R, sizeof(double));
 	uint64_t npp = (uint64_t)(200000 * bench_opt.scale) + 1000;
-	uint64_t nrg = (uint64_t)(5000000 * bench_opt.scale) + 1000;
+	uint64_t nrg = (uint64_t)(2000000 * bench_opt.scale) + 1000;
 	uint64_t nfx = (uint64_t)(10000 * bench_opt.scale) + 100;
+	uint64_t nfi = (uint64_t)(150 * bench_opt.scale) + 10;
+	if (!lim_hi)
+		lim_hi = bench_hist_new();
 	/* warm-up */
-	run_pair(pp_a, pp_b, npp / 10, false);
-	run_pair(ring_prod, ring_cons, nrg / 10, true);
-	run_pair(fx_a, fx_b, nfx / 10, false);
-	for (unsigned r = 0; r < R; r++) {
-		pp[r] = run_pair(pp_a, pp_b, npp, false);
-		rg[r] = run_pair(ring_prod, ring_cons, nrg, true);
-		fx[r] = run_pair(fx_a, fx_b, nfx, false);
+	run_pair(pp_a, pp_b, npp / 10, false, PP_BLOCK);
+	run_pair(ring_prod, ring_cons, nrg / 10, true, RING_BLOCK);
+	run_pair(fx_a, fx_b, nfx / 10, false, 1);
+	for (unsigned r = 0; r < R && lim_n < LIM_MAX_ROUNDS; r++, lim_n++) {
+		lim_pp[lim_n] = run_pair(pp_a, pp_b, npp, false, PP_BLOCK);
+		lim_rg[lim_n] = run_pair(ring_prod, ring_cons, nrg, true, RING_BLOCK);
+		lim_fx[lim_n] = run_pair(fx_a, fx_b, nfx, false, 1);
+		run_pair_h(fxi_a, fx_b, nfi, false, 2000000, lim_hi);
 	}
-	bench_limit_pingpong = bench_median(pp, R);
-	bench_limit_ring = bench_median(rg, R);
-	bench_limit_futex = bench_median(fx, R);
+	bench_limit_pingpong = bench_median(lim_pp, lim_n);
+	bench_limit_ring = bench_median(lim_rg, lim_n);
+	bench_limit_futex = bench_median(lim_fx, lim_n);
+	bench_limit_futex_idle = bench_hist_quantile(lim_hi, 0.5);
+}
+
+void bench_limits_report(void)
+{
+	unsigned n = lim_n;
+	if (!n)
+		return;
 	bench_fig_add("limits", "cache-line ping-pong RTT", "limit",
 		      bench_limit_pingpong, "ns", BENCH_LOWER);
 	bench_fig_add("limits", "ck_ring SPSC per item", "limit", bench_limit_ring,
 		      "ns", BENCH_LOWER);
 	bench_fig_add("limits", "futex wake RTT", "limit", bench_limit_futex, "ns",
 		      BENCH_LOWER);
+	bench_fig_add("limits", "futex wake RTT after 2 ms idle p50", "limit",
+		      bench_limit_futex_idle, "ns", BENCH_LOWER);
 	FILE *f = bench_opt.out;
-	fprintf(f, "\n== physical limits (threads pinned to CPU %d and %d; median "
-		"of %u rounds) ==\n", cpu_of(0), cpu_of(1), R);
+	fprintf(f, "\n== physical limits (threads pinned to CPU %d and %d; per round "
+		"the median block, then the median\n   of %u rounds taken at the "
+		"start and the end of the run; min/max over rounds) ==\n",
+		cpu_of(0), cpu_of(1), n);
 	fprintf(f, "  cache-line ping-pong round trip  %9.1f ns   (min %.1f, max "
-		"%.1f)\n", bench_limit_pingpong, bench_min(pp, R), bench_max(pp, R));
+		"%.1f)\n", bench_limit_pingpong, bench_min(lim_pp, n),
+		bench_max(lim_pp, n));
 	fprintf(f, "  raw ck_ring SPSC handoff         %9.1f ns/item (min %.1f, "
-		"max %.1f)\n", bench_limit_ring, bench_min(rg, R), bench_max(rg, R));
+		"max %.1f)\n", bench_limit_ring, bench_min(lim_rg, n),
+		bench_max(lim_rg, n));
 	fprintf(f, "  futex wake round trip            %9.1f ns   (min %.1f, max "
-		"%.1f)\n", bench_limit_futex, bench_min(fx, R), bench_max(fx, R));
-	free(pp);
-	free(rg);
-	free(fx);
+		"%.1f)\n", bench_limit_futex, bench_min(lim_fx, n),
+		bench_max(lim_fx, n));
+	fprintf(f, "  futex round trip, 2 ms idle      %9.1f ns   p50 (p99 %.1f, "
+		"%llu samples)\n", bench_limit_futex_idle,
+		bench_hist_quantile(lim_hi, 0.99),
+		(unsigned long long)lim_hi->count);
 }

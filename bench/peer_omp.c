@@ -76,6 +76,7 @@ static void om_submit(void *ctx, void *bp, unsigned n, const struct bwork *w)
 {
 	struct omp_batch *b = bp;
 	char *tag = &b->tag;
+	(void)tag;
 	for (unsigned i = 0; i < n; i++) {
 #pragma omp task firstprivate(w) depend(in: tag[0])
 		bench_child(w);
@@ -86,6 +87,7 @@ static void om_join(void *ctx, void *bp)
 {
 	struct omp_batch *b = bp;
 	char *tag = &b->tag;
+	(void)tag;
 #pragma omp taskwait depend(inout: tag[0])
 }
 

@@ -1,0 +1,503 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fanout-bench-report.c - the bars of issue 3, --json, gnuplot plots and
+ * bench/RESULTS.md, all made from the figure registry.
+ */
+#include "bench-harness.h"
+#include "bench-scen.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+static double fig(const char *scen, const char *metric, const char *peer)
+{
+	const struct bench_fig *f = bench_fig_find(scen, metric, peer);
+	return f ? f->value : NAN;
+}
+
+void bench_machine(char *model, size_t mlen, char *kernel, size_t klen)
+{
+	snprintf(model, mlen, "unknown CPU");
+	FILE *p = popen("lscpu 2>/dev/null", "r");
+	char line[512];
+	bool found = false;
+	if (p) {
+		while (fgets(line, sizeof(line), p))
+			if (!strncmp(line, "Model name:", 11)) {
+				char *v = line + 11;
+				while (*v == ' ' || *v == '\t')
+					v++;
+				v[strcspn(v, "\n")] = 0;
+				snprintf(model, mlen, "%s", v);
+				found = true;
+			}
+		pclose(p);
+	}
+	if (!found && (p = fopen("/proc/cpuinfo", "r"))) {
+		while (fgets(line, sizeof(line), p))
+			if (!strncmp(line, "model name", 10)) {
+				char *v = strchr(line, ':');
+				if (v) {
+					v++;
+					while (*v == ' ')
+						v++;
+					v[strcspn(v, "\n")] = 0;
+					snprintf(model, mlen, "%s", v);
+				}
+				break;
+			}
+		fclose(p);
+	}
+	struct utsname u;
+	if (uname(&u) == 0)
+		snprintf(kernel, klen, "%s %s %s", u.sysname, u.release, u.machine);
+	else
+		snprintf(kernel, klen, "unknown");
+}
+
+/* ------------------------------------------------------------ bars */
+
+struct bar {
+	char what[96];
+	char target[48];
+	char measured[160];
+	int holds; /* 1 yes, 0 no, -1 not measured */
+};
+
+static struct bar bars[16];
+static size_t nbars;
+
+static struct bar *bar_new(const char *what, const char *target)
+{
+	struct bar *b = &bars[nbars++];
+	memset(b, 0, sizeof(*b));
+	snprintf(b->what, sizeof(b->what), "%s", what);
+	snprintf(b->target, sizeof(b->target), "%s", target);
+	b->holds = -1;
+	snprintf(b->measured, sizeof(b->measured), "not measured");
+	return b;
+}
+
+static void ratio_bar(const char *what, const char *target, const char *metric,
+		      const char *peer, double need)
+{
+	struct bar *b = bar_new(what, target);
+	double me = fig("throughput", metric, "fanout");
+	double other = fig("throughput", metric, peer);
+	double run = fig("throughput", metric, "fanout_run");
+	if (isnan(me) || isnan(other))
+		return;
+	double r = me / other;
+	b->holds = r >= need;
+	if (!isnan(run))
+		snprintf(b->measured, sizeof(b->measured),
+			 "%.2fx (%.3gM vs %.3gM/s; fanout_run %.2fx)", r, me / 1e6,
+			 other / 1e6, run / other);
+	else
+		snprintf(b->measured, sizeof(b->measured), "%.2fx (%.3gM vs %.3gM/s)",
+			 r, me / 1e6, other / 1e6);
+}
+
+static void compute_bars(void)
+{
+	nbars = 0;
+	ratio_bar("no-op children/s, batch 64, vs Python ThreadPoolExecutor",
+		  ">= 200x", "batch 64", "python-tpe", 200);
+	ratio_bar("no-op children/s, batch 64, vs mutex+condvar pool", ">= 5x",
+		  "batch 64", "mutexpool", 5);
+	{
+		static const char *const others[] = { "libuv", "glib", "openmp",
+						      "onetbb" };
+		struct bar *b = bar_new("no-op children/s, batch 64, vs libuv, GLib, "
+					"OpenMP, oneTBB", "> 1x each");
+		double me = fig("throughput", "batch 64", "fanout");
+		double worst = INFINITY;
+		const char *wn = NULL;
+		char txt[160] = "";
+		size_t len = 0;
+		for (size_t i = 0; i < 4; i++) {
+			double v = fig("throughput", "batch 64", others[i]);
+			if (isnan(v))
+				continue;
+			double r = me / v;
+			len += (size_t)snprintf(txt + len, sizeof(txt) - len,
+						"%s%s %.2fx", len ? ", " : "",
+						others[i], r);
+			if (r < worst) {
+				worst = r;
+				wn = others[i];
+			}
+		}
+		if (wn && !isnan(me)) {
+			b->holds = worst > 1.0;
+			snprintf(b->measured, sizeof(b->measured), "%s", txt);
+		}
+	}
+	ratio_bar("no-op children/s, batch 1 (16 in flight), vs mutex pool",
+		  ">= 10x", "batch 1", "mutexpool", 10);
+	{
+		struct bar *b = bar_new("per-child cost vs one raw ck_ring SPSC handoff",
+					"<= 2x");
+		double best = NAN;
+		unsigned bs = 0;
+		for (unsigned s = 0; s < BENCH_NSIZES; s++) {
+			char met[32];
+			snprintf(met, sizeof(met), "batch %u", bench_sizes[s]);
+			double v = fig("per-child cost", met, "fanout");
+			if (!isnan(v) && (isnan(best) || v < best)) {
+				best = v;
+				bs = bench_sizes[s];
+			}
+		}
+		if (!isnan(best) && bench_limit_ring > 0) {
+			double r = best / bench_limit_ring;
+			b->holds = r <= 2.0;
+			snprintf(b->measured, sizeof(b->measured),
+				 "%.2fx (%.1f ns/child, median batch of %u, vs %.1f "
+				 "ns/item)", r, best, bs, bench_limit_ring);
+		}
+	}
+	{
+		struct bar *b = bar_new("hot single-child dispatch->event p50 vs "
+					"cache-line ping-pong RTT", "<= 3x");
+		double v = fig("latency hot", "p50", "fanout");
+		if (!isnan(v) && bench_limit_pingpong > 0) {
+			double r = v / bench_limit_pingpong;
+			b->holds = r <= 3.0;
+			snprintf(b->measured, sizeof(b->measured),
+				 "%.2fx (%.0f ns vs %.0f ns)", r, v, bench_limit_pingpong);
+		}
+	}
+	{
+		struct bar *b = bar_new("parked single-child dispatch->event p50 vs "
+					"futex wake RTT (same 2 ms idle)", "<= 1.2x");
+		double v = fig("latency parked", "p50", "fanout");
+		double lim = bench_limit_futex_idle > 0 ? bench_limit_futex_idle
+						       : bench_limit_futex;
+		if (!isnan(v) && lim > 0) {
+			double r = v / lim;
+			b->holds = r <= 1.2;
+			snprintf(b->measured, sizeof(b->measured),
+				 "%.2fx (%.0f ns vs %.0f ns; back-to-back RTT %.0f ns)",
+				 r, v, lim, bench_limit_futex);
+		}
+	}
+	{
+		struct bar *b = bar_new("workers' CPU when idle (1 s after a burst)",
+					"< 1%");
+		double v = fig("idle", "cpu %", "fanout");
+		if (!isnan(v)) {
+			b->holds = v < 1.0;
+			snprintf(b->measured, sizeof(b->measured), "%.4f%% of one CPU", v);
+		}
+	}
+}
+
+void bench_report_bars(void)
+{
+	compute_bars();
+	FILE *f = bench_opt.out;
+	fprintf(f, "\n== the bars of issue 3 (fanout = the fanout_dispatch path) ==\n");
+	for (size_t i = 0; i < nbars; i++)
+		fprintf(f, "  [%s] %-62s %-9s %s\n",
+			bars[i].holds < 0 ? " ?? " : bars[i].holds ? "HOLD" : "MISS",
+			bars[i].what, bars[i].target, bars[i].measured);
+}
+
+/* ------------------------------------------------------------ json */
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+static void json_num(FILE *f, double v)
+{
+	if (isnan(v) || isinf(v))
+		fputs("null", f);
+	else
+		fprintf(f, "%.6g", v);
+}
+
+void bench_report_json(FILE *f)
+{
+	char model[256], kernel[256];
+	bench_machine(model, sizeof(model), kernel, sizeof(kernel));
+	compute_bars();
+	fputs("{\n  \"machine\": {\"cpu\": ", f);
+	json_str(f, model);
+	fprintf(f, ", \"cpus\": %u, \"kernel\": ", bench_ncpus());
+	json_str(f, kernel);
+	fputs(", \"loadavg_start\": ", f);
+	json_str(f, bench_opt.load_start);
+	fputs(", \"loadavg_end\": ", f);
+	json_str(f, bench_opt.load_end);
+	fprintf(f, "},\n  \"threads\": %u,\n  \"rounds\": %u,\n  \"scale\": ",
+		bench_opt.nthreads, bench_opt.rounds);
+	json_num(f, bench_opt.scale);
+	fputs(",\n  \"limits\": {\"pingpong_rtt_ns\": ", f);
+	json_num(f, bench_limit_pingpong ? bench_limit_pingpong : NAN);
+	fputs(", \"ck_ring_ns_per_item\": ", f);
+	json_num(f, bench_limit_ring ? bench_limit_ring : NAN);
+	fputs(", \"futex_rtt_ns\": ", f);
+	json_num(f, bench_limit_futex ? bench_limit_futex : NAN);
+	fputs(", \"futex_rtt_idle_p50_ns\": ", f);
+	json_num(f, bench_limit_futex_idle ? bench_limit_futex_idle : NAN);
+	fputs("},\n  \"figures\": [\n", f);
+	for (size_t i = 0; i < bench_fig_count(); i++) {
+		const struct bench_fig *g = bench_fig_at(i);
+		fputs("    {\"scenario\": ", f);
+		json_str(f, g->scen);
+		fputs(", \"metric\": ", f);
+		json_str(f, g->metric);
+		fputs(", \"peer\": ", f);
+		json_str(f, g->peer);
+		fputs(", \"value\": ", f);
+		json_num(f, g->value);
+		fputs(", \"unit\": ", f);
+		json_str(f, g->unit);
+		fprintf(f, ", \"better\": \"%s\"",
+			g->better > 0 ? "higher" : g->better < 0 ? "lower" : "info");
+		/* fanout's advantage over this peer, >1 = fanout better */
+		const struct bench_fig *me = bench_fig_find(g->scen, g->metric, "fanout");
+		if (me && g->better && strcmp(g->peer, "fanout") && g->value > 0 &&
+		    me->value > 0) {
+			fputs(", \"fanout_advantage\": ", f);
+			json_num(f, g->better > 0 ? me->value / g->value
+						  : g->value / me->value);
+		}
+		fprintf(f, "}%s\n", i + 1 < bench_fig_count() ? "," : "");
+	}
+	fputs("  ],\n  \"bars\": [\n", f);
+	for (size_t i = 0; i < nbars; i++) {
+		fputs("    {\"bar\": ", f);
+		json_str(f, bars[i].what);
+		fputs(", \"target\": ", f);
+		json_str(f, bars[i].target);
+		fputs(", \"measured\": ", f);
+		json_str(f, bars[i].measured);
+		fprintf(f, ", \"holds\": %s}%s\n",
+			bars[i].holds < 0 ? "null" : bars[i].holds ? "true" : "false",
+			i + 1 < nbars ? "," : "");
+	}
+	fputs("  ]\n}\n", f);
+}
+
+/* ------------------------------------------------------------ plots */
+
+static const char *plot_peers[] = { "fanout",  "fanout_run", "mutexpool",
+				    "libuv",   "glib",       "openmp",
+				    "onetbb",  "python-tpe" };
+
+static bool have_peer(const char *scen, const char *metric, const char *peer)
+{
+	return !isnan(fig(scen, metric, peer));
+}
+
+/* One row per batch size, one column per peer that has the figure. */
+static bool write_sweep(const char *dir, const char *scen, const char *file,
+			const char **cols, size_t *nc)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	FILE *d = fopen(path, "w");
+	*nc = 0;
+	if (!d) {
+		fprintf(bench_opt.out, "\n(plots skipped: cannot write %s)\n", path);
+		return false;
+	}
+	for (size_t i = 0; i < BENCH_ARRAY_SIZE(plot_peers); i++)
+		if (have_peer(scen, "batch 64", plot_peers[i]))
+			cols[(*nc)++] = plot_peers[i];
+	fputs("batch", d);
+	for (size_t c = 0; c < *nc; c++)
+		fprintf(d, " %s", cols[c]);
+	fputc('\n', d);
+	for (unsigned s = 0; s < BENCH_NSIZES; s++) {
+		char met[32];
+		snprintf(met, sizeof(met), "batch %u", bench_sizes[s]);
+		fprintf(d, "%u", bench_sizes[s]);
+		for (size_t c = 0; c < *nc; c++) {
+			double v = fig(scen, met, cols[c]);
+			if (isnan(v))
+				fputs(" NaN", d);
+			else
+				fprintf(d, " %.6g", v);
+		}
+		fputc('\n', d);
+	}
+	fclose(d);
+	return true;
+}
+
+void bench_report_plots(void)
+{
+	const char *dir = bench_opt.outdir;
+	FILE *o = bench_opt.out;
+	if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+		fprintf(o, "\n(plots skipped: gnuplot not installed)\n");
+		return;
+	}
+	mkdir(dir, 0755);
+	char path[512];
+	/* throughput.dat / submit.dat: batch, one column per peer */
+	const char *cols[16];
+	size_t nc = 0, ns = 0;
+	if (!write_sweep(dir, "throughput", "throughput.dat", cols, &nc))
+		return;
+	const char *scols[16];
+	write_sweep(dir, "submit call", "submit.dat", scols, &ns);
+	FILE *d;
+
+	/* latency.dat: peer, hot p50 p99 p999, parked p50 p99 p999 (us) */
+	snprintf(path, sizeof(path), "%s/latency.dat", dir);
+	d = fopen(path, "w");
+	if (!d)
+		return;
+	fputs("# peer hot_p50 hot_p99 hot_p999 parked_p50 parked_p99 parked_p999 (us)\n",
+	      d);
+	size_t nl = 0;
+	for (size_t i = 0; i < BENCH_ARRAY_SIZE(plot_peers); i++) {
+		const char *p = plot_peers[i];
+		if (!have_peer("latency hot", "p50", p))
+			continue;
+		fprintf(d, "%s %.4g %.4g %.4g %.4g %.4g %.4g\n", p,
+			fig("latency hot", "p50", p) / 1e3,
+			fig("latency hot", "p99", p) / 1e3,
+			fig("latency hot", "p999", p) / 1e3,
+			fig("latency parked", "p50", p) / 1e3,
+			fig("latency parked", "p99", p) / 1e3,
+			fig("latency parked", "p999", p) / 1e3);
+		nl++;
+	}
+	fclose(d);
+
+	snprintf(path, sizeof(path), "%s/plots.gp", dir);
+	FILE *g = fopen(path, "w");
+	if (!g)
+		return;
+	char model[256], kernel[256];
+	bench_machine(model, sizeof(model), kernel, sizeof(kernel));
+	fprintf(g,
+		"set terminal pngcairo size 1000,640 noenhanced\n"
+		"set datafile missing 'NaN'\n"
+		"set key outside right top\n"
+		"set grid\n"
+		"set output '%s/throughput.png'\n"
+		"set title 'no-op children per second vs batch size (%u threads, %s)'\n"
+		"set logscale xy\n"
+		"set xlabel 'children per batch (1 and 8: 16 children in flight)'\n"
+		"set ylabel 'children / s'\n"
+		"set xtics (1, 8, 64, 512, 4096)\n"
+		"plot for [i=2:%zu] '%s/throughput.dat' using 1:i with linespoints "
+		"lw 2 title columnheader(i)\n",
+		dir, bench_opt.nthreads, model, nc + 1, dir);
+	if (ns)
+		fprintf(g,
+			"set output '%s/submit.png'\n"
+			"set title 'submit call cost vs batch size: time until "
+			"fanout_dispatch() / the peer''s submit returns'\n"
+			"set ylabel 'ns per call'\n"
+			"set xlabel 'children per batch'\n"
+			"plot for [i=2:%zu] '%s/submit.dat' using 1:i with linespoints "
+			"lw 2 title columnheader(i)\n",
+			dir, ns + 1, dir);
+	if (nl) {
+		fprintf(g,
+			"reset\n"
+			"set terminal pngcairo size 1000,640 noenhanced\n"
+			"set output '%s/latency.png'\n"
+			"set title 'single-child submit->join latency percentiles, closed "
+			"loop (us, log scale)'\n"
+			"set style data histograms\n"
+			"set style histogram clustered gap 1\n"
+			"set style fill solid 0.8 border -1\n"
+			"set logscale y\n"
+			"set grid ytics\n"
+			"set key outside right top\n"
+			"set ylabel 'microseconds'\n"
+			"set xtics rotate by -30\n"
+			"plot '%s/latency.dat' using 2:xtic(1) title 'hot p50', "
+			"'' using 3 title 'hot p99', '' using 4 title 'hot p999', "
+			"'' using 5 title 'parked p50', '' using 6 title 'parked p99', "
+			"'' using 7 title 'parked p999'\n",
+			dir, dir);
+	}
+	fclose(g);
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "gnuplot '%s/plots.gp' 2>&1", dir);
+	FILE *p = popen(cmd, "r");
+	char line[256];
+	bool err = false;
+	while (p && fgets(line, sizeof(line), p)) {
+		fprintf(stderr, "gnuplot: %s", line);
+		err = true;
+	}
+	int st = p ? pclose(p) : -1;
+	if (st == 0 && !err)
+		fprintf(o, "\nplots: %s/throughput.png%s%s\n", dir,
+			ns ? ", submit.png" : "", nl ? ", latency.png" : "");
+	else
+		fprintf(o, "\nplots: gnuplot failed (status %d)\n", st);
+}
+
+/* ------------------------------------------------------------ RESULTS.md */
+
+void bench_report_results_md(const char *table)
+{
+	const char *path = bench_opt.results;
+	FILE *f = fopen(path, "w");
+	if (!f) {
+		fprintf(stderr, "fanout-bench: cannot write %s\n", path);
+		return;
+	}
+	char model[256], kernel[256], date[64];
+	bench_machine(model, sizeof(model), kernel, sizeof(kernel));
+	time_t t = time(NULL);
+	strftime(date, sizeof(date), "%Y-%m-%d %H:%M UTC", gmtime(&t));
+	compute_bars();
+	fprintf(f, "# fanout-bench results\n\n"
+		"Written by `build/plain/fanout-bench` (`make run`); do not edit "
+		"by hand, run it again.\n\n"
+		"- date: %s\n- machine: %s, %u CPUs online\n- kernel: %s\n"
+		"- threads per engine/pool: %u; rounds: %u; duration scale: %.2g\n"
+		"- load average (1/5/15 min, runnable/total, last pid) at start: %s; "
+		"at end: %s\n\n",
+		date, model, bench_ncpus(), kernel, bench_opt.nthreads,
+		bench_opt.rounds, bench_opt.scale, bench_opt.load_start,
+		bench_opt.load_end);
+	fprintf(f, "Everything below was measured side by side in this one run; "
+		"each ratio compares two figures of the same run.\n"
+		"\"fanout\" is the background path (fanout_dispatch + fanout_wait); "
+		"\"fanout_run\" the synchronous one.\n\n");
+	fprintf(f, "## The bars of issue 3\n\n| | bar | target | measured |\n"
+		"|---|---|---|---|\n");
+	for (size_t i = 0; i < nbars; i++)
+		fprintf(f, "| %s | %s | %s | %s |\n",
+			bars[i].holds < 0 ? "?" : bars[i].holds ? "holds" : "**misses**",
+			bars[i].what, bars[i].target, bars[i].measured);
+	char png[600];
+	snprintf(png, sizeof(png), "%s/throughput.png", bench_opt.outdir);
+	if (access(png, R_OK) == 0)
+		fprintf(f, "\n## Plots\n\n![throughput vs batch size](out/throughput.png)\n\n"
+			"![submit call cost vs batch size](out/submit.png)\n\n"
+			"![latency percentiles](out/latency.png)\n");
+	fprintf(f, "\n## Full output\n\n```text\n%s```\n", table);
+	fclose(f);
+	fprintf(stderr, "fanout-bench: wrote %s\n", path);
+}
