@@ -53,6 +53,7 @@
  */
 #include "internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <string.h>
 
@@ -239,8 +240,8 @@ static void run_child(struct record *rec, unsigned i, uint64_t *clock)
 	tls_child = &c;
 	rc = t->fn(&c, t->arg);
 	tls_child = prev;
-	t1 = fq_now_ns();
-	r->duration_ns = t1 - *clock;
+	t1 = fq_cycles();
+	r->duration_ns = fq_cycles_to_ns(t1 - *clock);
 	*clock = t1;
 	r->code = rc;
 	if (rc == 0) {
@@ -270,22 +271,26 @@ static void run_child(struct record *rec, unsigned i, uint64_t *clock)
 
 /* Run the claimed chunk [i, end): children not started when a cancel
  * arrives are reported interrupted instead (they are still ours). */
-static void run_chunk(struct record *rec, unsigned i, unsigned end)
+static void run_chunk(struct record *rec, struct progress_slot *prog,
+		      unsigned i, unsigned end)
 {
 	struct fanout_engine *e = rec->e;
-	uint64_t clock = fq_now_ns();
+	uint64_t clock = fq_cycles();
 	unsigned j, ran = 0;
 	int self;
 
 	for (j = i; j < end; j++) {
 		/* relaxed: whether to start is a hint-level decision; the
 		 * child's outcome is published by the join below. */
-		if (atomic_load_explicit(&rec->cancel, memory_order_relaxed)) {
+		if (atomic_load_explicit(&rec->cancel, memory_order_relaxed))
 			skip_child(rec, j);
-			continue;
+		else {
+			run_child(rec, j, &clock);
+			ran++;
 		}
-		run_child(rec, j, &clock);
-		ran++;
+		/* relaxed: a progress figure for lookup, nothing read through
+		 * it; only this runner writes its slot. */
+		atomic_store_explicit(&prog->n, j + 1 - i, memory_order_relaxed);
 	}
 	if (ran != end - i) /* relaxed: a statistic */
 		atomic_fetch_add_explicit(&e->st_skipped, end - i - ran,
@@ -301,6 +306,10 @@ static void run_chunk(struct record *rec, unsigned i, unsigned end)
 		atomic_fetch_add_explicit(&e->st_helper_children, ran,
 					  memory_order_relaxed);
 	}
+	/* Hand the chunk's progress over to `remaining`: clearing first means
+	 * a concurrent lookup may lag by a chunk for an instant, never count
+	 * a child twice.  relaxed: as above. */
+	atomic_store_explicit(&prog->n, 0, memory_order_relaxed);
 	/* acq_rel: release publishes these slots; the acquire makes the
 	 * zeroing thread see every other slot (the join argument above). */
 	if (atomic_fetch_sub_explicit(&rec->remaining, end - i,
@@ -313,7 +322,13 @@ static void run_token(struct fq_work *w)
 {
 	struct record *rec = caa_container_of(w, struct record, work);
 	uint32_t n = rec->ntasks, chunk = rec->chunk;
+	/* relaxed: a distinct index is all we need (RMW total order); there
+	 * are exactly nrunners runners, so it stays in range. */
+	uint32_t slot = atomic_fetch_add_explicit(&rec->runner_next, 1,
+						  memory_order_relaxed);
+	struct progress_slot *prog = &rec->progress[slot];
 
+	assert(slot < rec->nrunners);
 	for (;;) {
 		uint32_t i;
 
@@ -327,7 +342,7 @@ static void run_token(struct fq_work *w)
 					      memory_order_relaxed);
 		if (i >= n)
 			break;
-		run_chunk(rec, i, n - i < chunk ? n : i + chunk);
+		run_chunk(rec, prog, i, n - i < chunk ? n : i + chunk);
 	}
 	fanout__rec_put(rec, 1);
 }
@@ -455,7 +470,7 @@ static char *copy_str(char **area, const char *s, size_t n)
 /* The one allocation of a delegation: record + results + tasks + strings. */
 static struct record *rec_alloc(struct fanout_engine *e,
 				const struct fanout_batch *b, unsigned depth,
-				bool background)
+				bool background, unsigned nrunners)
 {
 	unsigned n = b->ntasks, i;
 	size_t strings = str_size(b->context) + str_size(b->session_key);
@@ -466,8 +481,8 @@ static struct record *rec_alloc(struct fanout_engine *e,
 
 	for (i = 0; i < n; i++)
 		strings += b->tasks[i].goal ? strlen(b->tasks[i].goal) + 1 : 1;
-	head = (head + _Alignof(struct task_slot) - 1) &
-	       ~(_Alignof(struct task_slot) - 1);
+	head = (head + CACHELINE - 1) & ~(size_t)(CACHELINE - 1);
+	head += nrunners * sizeof(struct progress_slot);
 	size = head + n * sizeof(struct task_slot) + n + strings;
 	rec = fanout__alloc(size);
 	if (!rec)
@@ -480,6 +495,12 @@ static struct record *rec_alloc(struct fanout_engine *e,
 	rec->background = background;
 	rec->work.fn = run_token;
 	rec->tasks = (struct task_slot *)((char *)rec + head);
+	rec->nrunners = nrunners;
+	rec->progress = (struct progress_slot *)((char *)rec->tasks -
+				 nrunners * sizeof(struct progress_slot));
+	for (i = 0; i < nrunners; i++)
+		atomic_init(&rec->progress[i].n, 0);
+	atomic_init(&rec->runner_next, 0);
 	rec->owned = (uint8_t *)(rec->tasks + n);
 	area = (char *)rec->owned + n;
 	for (i = 0; i < n; i++) {
@@ -569,7 +590,7 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 		err = -EBUSY;
 		goto out_async;
 	}
-	rec = rec_alloc(e, b, depth, true);
+	rec = rec_alloc(e, b, depth, true, got);
 	if (!rec) {
 		err = -ENOMEM;
 		goto out_credits;
@@ -616,16 +637,17 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	err = enter(e);
 	if (err)
 		return reject(e, err);
-	rec = rec_alloc(e, b, depth, false);
-	if (!rec) {
-		fanout__active_put(e, 2);
-		return reject(e, -ENOMEM);
-	}
 	/* The caller is one runner; idle workers may add up to max_children
 	 * in all.  No credit is fine: the caller then runs everything. */
 	want = b->ntasks < e->cfg.max_children ? b->ntasks : e->cfg.max_children;
 	want = want > e->max_tokens ? e->max_tokens : want;
 	extra = want > 1 ? fq_reserve(e->q, want - 1, 0) : 0;
+	rec = rec_alloc(e, b, depth, false, extra + 1);
+	if (!rec) {
+		fq_unreserve(e->q, extra);
+		fanout__active_put(e, 2);
+		return reject(e, -ENOMEM);
+	}
 	/* refs: table + event (returned to the caller) + caller + tokens. */
 	atomic_init(&rec->refs, 3 + extra);
 	rec->chunk = chunk_for(b->ntasks, extra + 1);

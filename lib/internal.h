@@ -59,6 +59,12 @@ extern int fanout__rcu_token;
 
 enum rec_state { REC_RUNNING = 0, REC_FINISHED = 1 };
 
+/* Children finished in a runner's current chunk: one line per runner, so
+ * progress for lookup costs a private store per child (see snapshot()). */
+struct progress_slot {
+	_Atomic uint32_t n;
+} __attribute__((aligned(CACHELINE)));
+
 struct task_slot {
 	fanout_fn fn; /* I */
 	void *arg;    /* I */
@@ -92,6 +98,8 @@ struct record {
 	uint64_t dispatched_ns;     /* I */
 	struct task_slot *tasks;    /* I */
 	uint8_t *owned;             /* C: per child, OWN_* bits */
+	struct progress_slot *progress; /* I: nrunners slots */
+	unsigned nrunners;          /* I: tokens + the fanout_run caller */
 	struct cds_lfht_node node;  /* table linkage (liburcu) */
 	struct rcu_head rcu;        /* deferred free */
 	struct cds_wfcq_node qnode; /* sink linkage */
@@ -100,6 +108,7 @@ struct record {
 	/* Hot: every child of the batch touches these; own line. */
 	_Atomic uint32_t claim __attribute__((aligned(CACHELINE))); /* A */
 	_Atomic uint32_t remaining; /* A: join counter */
+	_Atomic uint32_t runner_next; /* A: hands out progress slots */
 	_Atomic uint32_t cancel;    /* A: FANOUT_CANCEL_* | CANCEL_SHUTDOWN */
 	_Atomic uint32_t refs;      /* A */
 	_Atomic uint32_t state;     /* A: enum rec_state */

@@ -45,13 +45,18 @@ static int match_id(struct cds_lfht_node *node, const void *key)
 int fanout__table_init(struct fanout_engine *e)
 {
 	unsigned k = e->cfg.keep_completed, i;
+	unsigned long size = 1024;
 
 	e->kept = fanout__alloc(sizeof(*e->kept) * k);
 	if (!e->kept)
 		return -ENOMEM;
 	for (i = 0; i < k; i++)
 		atomic_init(&e->kept[i], NULL);
-	e->table = cds_lfht_new_flavor(1024, 1024, 0,
+	/* Sized for what it normally holds (running + kept records), so the
+	 * lazy auto-resize never has to catch up on the hot path. */
+	while (size < (unsigned long)e->cfg.max_async + k && size < (1ul << 24))
+		size <<= 1;
+	e->table = cds_lfht_new_flavor(size, size, 0,
 				       CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
 				       &urcu_bp_flavor, NULL);
 	if (!e->table) {
@@ -175,9 +180,15 @@ static void snapshot(const struct record *rec, struct fanout_info *info)
 		info->cost = rec->ev.cost;
 	} else {
 		/* relaxed: progress figures, no data read through them. */
+		unsigned i, ndone;
+
 		info->status = FANOUT_RUNNING;
-		info->ndone = rec->ntasks - atomic_load_explicit(&rec->remaining,
-								 memory_order_relaxed);
+		ndone = rec->ntasks - atomic_load_explicit(&rec->remaining,
+							   memory_order_relaxed);
+		for (i = 0; i < rec->nrunners; i++)
+			ndone += atomic_load_explicit(&rec->progress[i].n,
+						      memory_order_relaxed);
+		info->ndone = ndone < rec->ntasks ? ndone : rec->ntasks;
 		info->cost = fanout__bits_to_double(atomic_load_explicit(
 			&rec->cost_bits, memory_order_relaxed));
 	}

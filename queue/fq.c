@@ -29,10 +29,20 @@
  *    sleep while the token waits.  tests/models/park_wake.pml checks the
  *    same handshake, and a seeded check-before-publish bug, with spin.
  *
- * 3. Only as many workers are woken as there are tokens: fq_submit() wakes
- *    at most n sleepers, and a woken worker that finds the ring empty again
- *    simply goes back through the protocol.  A spinning worker (not yet
- *    announced in `waiters`) needs no wake at all.
+ * 3. Only as many workers are woken as there is work for: fq_submit() wakes
+ *    at most n - s sleepers, where s is the number of spinning workers, and
+ *    a woken worker that finds the ring empty again simply goes back
+ *    through the protocol.  A worker counts in `spinning` from before its
+ *    spin until AFTER it has announced itself (W1) and re-checked (W3).
+ *    If the producer's load of `spinning` (after P2) still counts it, that
+ *    load precedes the decrement, so either P2 < W2 (and the re-check sees
+ *    the token) or W2 < P2 < decrement < W4, and the FUTEX_WAIT finds
+ *    seq != v and returns: the spinner does not sleep through the token,
+ *    and will take it, or take it after its current one (it does not park
+ *    while the ring is non-empty).  If the load does not count it, it is
+ *    already announced in `waiters`, and the producer wakes as in 2.  So
+ *    the batch-1 dispatch to an engine with a spinning worker makes no
+ *    system call at all.
  *
  * 4. Idle workers stop burning CPU after spin_ns: the spin loop reads the
  *    clock every 64 pauses and parks once the deadline passed.
@@ -93,6 +103,7 @@ struct fq {
 	/* Park/wake: touched by producers on every submit, by workers only
 	 * when they go idle. */
 	struct fq_ec idle __attribute__((aligned(FQ_CACHELINE)));
+	_Atomic uint32_t spinning; /* A: workers in the spin phase (arg. 3) */
 	_Atomic bool stopping;
 	bool stopped; /* only fq_stop's caller */
 };
@@ -241,7 +252,7 @@ void fq_unreserve(struct fq *q, unsigned n)
 
 void fq_submit(struct fq *q, struct fq_work *w, unsigned n)
 {
-	unsigned i;
+	unsigned i, spinners;
 
 	if (!n)
 		return;
@@ -255,7 +266,14 @@ void fq_submit(struct fq *q, struct fq_work *w, unsigned n)
 		if (!ok)
 			abort(); /* broken invariant: credits (argument 1) */
 	}
-	fq_ec_signal(&q->idle, n);
+	/* Argument 3: wake only for the tokens that spinners cannot cover.
+	 * seq_cst increment, then seq_cst loads: pairs with the workers'
+	 * seq_cst announcement (fq_ec_prepare) and spinner count. */
+	atomic_fetch_add_explicit(&q->idle.seq, 1, memory_order_seq_cst);
+	spinners = atomic_load_explicit(&q->spinning, memory_order_seq_cst);
+	if (n > spinners &&
+	    atomic_load_explicit(&q->idle.waiters, memory_order_seq_cst))
+		futex(&q->idle.seq, FUTEX_WAKE_PRIVATE, (int)(n - spinners), NULL);
 }
 
 /* --------------------------------------------------------------- workers */
@@ -283,6 +301,13 @@ static void run_item(struct fq_worker *self, struct fq_work *w)
 	bump(&self->items);
 }
 
+static void stop_spinning(struct fq *q)
+{
+	/* seq_cst: orders the re-check before it against fq_submit's load of
+	 * `spinning` (argument 3). */
+	atomic_fetch_sub_explicit(&q->spinning, 1, memory_order_seq_cst);
+}
+
 static void *worker_main(void *arg)
 {
 	struct fq_worker *self = arg;
@@ -300,7 +325,9 @@ static void *worker_main(void *arg)
 			continue;
 		}
 		/* Spin: the ring is checked with a plain size read, cheap and
-		 * local while nothing changes. */
+		 * local while nothing changes.  seq_cst: we are counted as a
+		 * spinner from here until after the re-check below (arg. 3). */
+		atomic_fetch_add_explicit(&q->spinning, 1, memory_order_seq_cst);
 		for (i = 0;; i++) {
 			if (ck_ring_size(&q->ring) != 0 ||
 			    atomic_load_explicit(&q->stopping,
@@ -317,6 +344,7 @@ static void *worker_main(void *arg)
 			fq_spin_relax(i);
 		}
 		if (take(q, &w)) {
+			stop_spinning(q);
 			run_item(self, w);
 			continue;
 		}
@@ -324,6 +352,7 @@ static void *worker_main(void *arg)
 		v = fq_ec_prepare(&q->idle);
 		if (take(q, &w)) {
 			fq_ec_done(&q->idle);
+			stop_spinning(q);
 			run_item(self, w);
 			continue;
 		}
@@ -331,8 +360,12 @@ static void *worker_main(void *arg)
 		 * is empty here, so a stopping queue is drained (argument 5). */
 		if (atomic_load_explicit(&q->stopping, memory_order_acquire)) {
 			fq_ec_done(&q->idle);
+			stop_spinning(q);
 			break;
 		}
+		/* Only now, announced as a waiter and after the re-check, do we
+		 * stop counting as a spinner (argument 3). */
+		stop_spinning(q);
 		bump(&self->parks);
 		fq_ec_wait(&q->idle, v, 0);
 		fq_ec_done(&q->idle);
@@ -393,6 +426,7 @@ int fq_create(const struct fq_params *p, struct fq **out)
 	if (!p || !out || !p->workers || p->slots < 4 ||
 	    (p->slots & (p->slots - 1)))
 		return -EINVAL;
+	fq_clock_init();
 	q = fanout__alloc(sizeof(*q));
 	if (!q)
 		return -ENOMEM;

@@ -135,6 +135,12 @@ extern _Atomic long fq__fail_thread_at;
 
 uint64_t fq_now_ns(void);
 
+/* A cheap tick counter for durations (clock.c): call fq_clock_init() once
+ * (fq_create does); fq_cycles_to_ns() converts a difference of ticks. */
+void fq_clock_init(void);
+uint64_t fq_cycles(void);
+uint64_t fq_cycles_to_ns(uint64_t d);
+
 /*
  * One step of a spin-wait, i = the iteration count.  A pause, and every 64th
  * step a sched_yield(): with more runnable threads than CPUs (a 2-core box
