@@ -334,6 +334,68 @@ static void cancel_big_batch_exactly_once(void **state)
 	fanout_destroy(e);
 }
 
+/*
+ * Cancel racing the children's completion: 0 or -EALREADY; either way one
+ * event, every child exactly once (run or skipped), and event.cancelled /
+ * lookup's cancelled say whether the cancel took.
+ */
+static void cancel_races_completion(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	unsigned took = 0, mismatch = 0, lmismatch = 0;
+
+	for (int k = 0; k < 600; k++) {
+		struct tbatch *tb = tb_new(8);
+		struct fanout_info info;
+
+		fanout_id id = must_dispatch(e, tb);
+		/* aim the cancel at different moments of the batch's life */
+		if (k & 1)
+			sleep_us((unsigned)(k % 13) * 5);
+		int rc = fanout_cancel(e, id, (k & 2) ? FANOUT_CANCEL_INTERRUPT
+						      : FANOUT_CANCEL_PENDING);
+		assert_true(rc == 0 || rc == -EALREADY);
+		took += rc == 0;
+		struct fanout_event *ev = must_wait(fanout_default_sink(e));
+		assert_true(ev->id == id);
+		if (ev->cancelled != (rc == 0)) {
+			if (!mismatch++)
+				print_error("iteration %d: fanout_cancel returned "
+					    "%d but event.cancelled is %d\n",
+					    k, rc, ev->cancelled);
+		}
+		unsigned ran = 0;
+		for (unsigned i = 0; i < 8; i++) {
+			const struct fanout_result *r = &ev->results[i];
+
+			assert_int_equal(r->index, i);
+			if (r->status == FANOUT_COMPLETED) {
+				assert_int_equal(atomic_load(&tb->probes[i].runs),
+						 1);
+				ran++;
+			} else {
+				assert_true(rc == 0);
+				assert_not_run(r, &tb->probes[i]);
+			}
+		}
+		assert_int_equal(ran, (unsigned)tb_runs(tb));
+		assert_int_equal(fanout_lookup(e, id, &info), 0);
+		if (info.cancelled != (rc == 0) && !lmismatch++)
+			print_error("iteration %d: fanout_cancel returned %d but "
+				    "lookup says cancelled=%d\n", k, rc,
+				    info.cancelled);
+		fanout_event_free(ev);
+		tb_free(tb);
+	}
+	assert_no_event(fanout_default_sink(e));
+	uint64_t counted = stats_of(e).cancelled;
+	fanout_destroy(e);
+	assert_int_equal(mismatch, 0);
+	assert_int_equal(lmismatch, 0);
+	assert_int_equal(counted, took);
+}
+
 /* Cancel a synchronous fanout_run from another thread. */
 struct idspin {
 	atomic_ullong id;
@@ -417,6 +479,7 @@ int main(void)
 		TC(cancel_interrupt_child_may_complete),
 		TC(cancel_twice),
 		TC(cancel_big_batch_exactly_once),
+		TC(cancel_races_completion),
 		TC(cancel_synchronous_run),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

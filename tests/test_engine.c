@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* test_engine.c - fanout_create/destroy, config validation, small helpers. */
+#include <dirent.h>
+
 #include "common.h"
 
 static int cpus_allowed(void)
@@ -265,6 +267,81 @@ static void create_destroy_many(void **state)
 	}
 }
 
+static int thread_count(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+/*
+ * The kernel may list a joined thread in /proc for a moment after
+ * pthread_join returned (the joiner is woken before the task is reaped):
+ * wait, bounded, for the count to come down to @max.
+ */
+static int thread_count_settled(int max)
+{
+	uint64_t end = mono_ms() + WAIT_MS;
+	int n;
+
+	while ((n = thread_count()) > max && mono_ms() < end)
+		sleep_ms(1);
+	return n;
+}
+
+static void cycle_with_work(void)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = 3, .keep_completed = 1,
+					     .flags = FANOUT_NO_PIN);
+	struct fanout_sink *s = NULL;
+
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	for (int i = 0; i < 5; i++)
+		run_some(e, 4); /* finishes and prunes records */
+	assert_int_equal(fanout_sink_destroy(s), 0);
+	fanout_destroy(e);
+}
+
+/* destroy joins the workers (and whatever else the engine started). */
+static void destroy_joins_threads(void **state)
+{
+	cycle_with_work(); /* warm up process-wide helpers (e.g. call_rcu) */
+	int base = thread_count();
+	for (int i = 0; i < 20; i++) { /* let the kernel reap the last ones */
+		sleep_ms(2);
+		int n = thread_count();
+		if (n < base)
+			base = n;
+	}
+
+	for (int i = 0; i < 10; i++)
+		cycle_with_work();
+	assert_int_equal(thread_count_settled(base), base);
+
+	/* shutdown alone already stops the workers */
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 3, .flags = FANOUT_NO_PIN);
+	run_some(e, 4);
+	int running = thread_count();
+	assert_true(running >= base + 3);
+	assert_int_equal(fanout_shutdown(e), 0);
+	/* the three workers have exited (other helpers may stay) */
+	int after = thread_count_settled(running - 3);
+	if (after > running - 3)
+		print_error("threads: %d before create, %d running, %d after "
+			    "shutdown\n", base, running, after);
+	assert_true(after <= running - 3);
+	fanout_destroy(e);
+	assert_int_equal(thread_count_settled(base), base);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -285,6 +362,7 @@ int main(void)
 		TC(status_names),
 		TC(now_ns_monotonic),
 		TC(create_destroy_many),
+		TC(destroy_joins_threads),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

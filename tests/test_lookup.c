@@ -105,6 +105,47 @@ static void lookup_while_running_and_after(void **state)
 	fanout_destroy(e);
 }
 
+/*
+ * ndone is "children finished so far": with one worker blocked in one child
+ * of a larger batch, it equals the number of children that have returned.
+ */
+static void lookup_ndone_counts_finished_children(void **state)
+{
+	enum { N = 64, BLOCK = 43 };
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	atomic_int gate = 0;
+	struct tbatch *tb = tb_new(N);
+	struct fanout_info info;
+
+	tb->probes[BLOCK].gate = &gate;
+	fanout_id id = must_dispatch(e, tb);
+	assert_true(wait_ge(&tb->probes[BLOCK].runs, 1, WAIT_MS));
+	/* the only worker is inside child BLOCK: nothing else moves */
+	int finished = 0;
+	for (int i = 0; i < N; i++)
+		finished += atomic_load(&tb->probes[i].finished);
+	int rc = fanout_lookup(e, id, &info);
+	struct fanout_info running = info;
+
+	/* release the worker before asserting, so a failure stays clean */
+	atomic_store(&gate, 1);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	check_all_completed(ev, tb);
+	fanout_event_free(ev);
+	assert_int_equal(fanout_lookup(e, id, &info), 0);
+	assert_int_equal(info.ndone, N);
+	tb_free(tb);
+	fanout_destroy(e);
+
+	assert_int_equal(rc, 0);
+	assert_int_equal(running.status, FANOUT_RUNNING);
+	if (running.ndone != (unsigned)finished)
+		print_error("ndone %u, but %d children have returned\n",
+			    running.ndone, finished);
+	assert_int_equal(running.ndone, finished);
+}
+
 static void lookup_final_status(void **state)
 {
 	struct fanout_engine *e =
@@ -467,6 +508,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		TC(lookup_bad_args),
 		TC(lookup_while_running_and_after),
+		TC(lookup_ndone_counts_finished_children),
 		TC(lookup_final_status),
 		TC(list_running_and_finished_sorted),
 		TC(lookup_keep_completed_prunes),

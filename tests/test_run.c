@@ -200,6 +200,13 @@ static void run_nested_two_deep(void **state)
 	nested(2, 3, 2, 3, true);
 }
 
+static void run_nested_deep_chain(void **state)
+{
+	/* depth 1..10 on one worker, max_depth 10 */
+	nested(1, 10, 9, 1, false);
+	nested(1, 10, 9, 1, true);
+}
+
 static void run_nested_wide_two_workers(void **state)
 {
 	nested(2, 2, 1, 8, true);
@@ -451,6 +458,102 @@ static void run_caller_helps(void **state)
 	fanout_destroy(e);
 }
 
+/*
+ * The caller of fanout_run runs only its own batch: background work queued
+ * behind a blocked worker stays queued while the caller helps.
+ */
+static void run_never_runs_unrelated_work(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	atomic_int gate = 0;
+	struct tbatch *blocker = tb_new(1);
+	struct tbatch *queued = tb_new(6);
+	struct tbatch *mine = tb_new(4);
+	struct fanout_event *ev = NULL;
+
+	blocker->probes[0].gate = &gate;
+	fanout_id bid = must_dispatch(e, blocker);
+	assert_true(wait_ge(&blocker->probes[0].runs, 1, WAIT_MS));
+	fanout_id qid = must_dispatch(e, queued);
+
+	assert_int_equal(fanout_run(e, &mine->b, &ev), 0);
+	check_all_completed(ev, mine);
+	fanout_event_free(ev);
+	assert_int_equal(tb_runs(queued), 0);
+
+	atomic_store(&gate, 1);
+	for (int k = 0; k < 2; k++) {
+		ev = must_wait(fanout_default_sink(e));
+		assert_true(ev->id == bid || ev->id == qid);
+		check_all_completed(ev, ev->id == bid ? blocker : queued);
+		fanout_event_free(ev);
+	}
+	for (unsigned i = 0; i < 6; i++)
+		assert_false(pthread_equal(queued->probes[i].thread,
+					   pthread_self()));
+	tb_free(blocker);
+	tb_free(queued);
+	tb_free(mine);
+	fanout_destroy(e);
+}
+
+/* Same inside a child: a nested fanout_run on the only worker does not
+ * pick up unrelated queued work while it waits. */
+struct isolated {
+	struct fanout_engine *e;
+	atomic_int started;
+	atomic_int gate;
+	struct tbatch *inner;
+	struct tbatch *unrelated;
+	int unrelated_runs_after;
+	int rc;
+};
+
+static int isolated_fn(struct fanout_child *c, void *arg)
+{
+	struct isolated *s = arg;
+	struct fanout_event *ev = NULL;
+
+	(void)c;
+	atomic_store(&s->started, 1);
+	CHECK(wait_flag(&s->gate, GATE_MS));
+	s->rc = fanout_run(s->e, &s->inner->b, &ev);
+	s->unrelated_runs_after = tb_runs(s->unrelated);
+	fanout_event_free(ev);
+	return 0;
+}
+
+static void run_nested_never_runs_unrelated_work(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	struct isolated s = { .e = e, .inner = tb_new(5),
+			      .unrelated = tb_new(3), .rc = 1 };
+	struct fanout_task t = { "parent", isolated_fn, &s };
+	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	fanout_id pid = 0;
+
+	assert_int_equal(fanout_dispatch(e, &b, &pid), 0);
+	/* the only worker is in the parent: the next one queues behind it */
+	assert_true(wait_flag(&s.started, WAIT_MS));
+	fanout_id uid = must_dispatch(e, s.unrelated);
+	atomic_store(&s.gate, 1);
+	for (int k = 0; k < 2; k++) {
+		struct fanout_event *ev = must_wait(fanout_default_sink(e));
+
+		assert_true(ev->id == pid || ev->id == uid);
+		fanout_event_free(ev);
+	}
+	assert_int_equal(s.rc, 0);
+	assert_int_equal(tb_runs(s.inner), 5);
+	assert_int_equal(s.unrelated_runs_after, 0);
+	assert_int_equal(tb_runs(s.unrelated), 3);
+	tb_free(s.inner);
+	tb_free(s.unrelated);
+	fanout_destroy(e);
+}
+
 /* fanout_run does not take a max_async slot. */
 static void run_ignores_max_async(void **state)
 {
@@ -523,6 +626,7 @@ int main(void)
 		TC(run_nested_one_worker),
 		TC(run_nested_one_worker_background),
 		TC(run_nested_two_deep),
+		TC(run_nested_deep_chain),
 		TC(run_nested_wide_two_workers),
 		TC(run_depth_two_refuses_deeper),
 		TC(run_depth_two_from_background),
@@ -531,6 +635,8 @@ int main(void)
 		TC(current_child_outside_null),
 		TC(run_from_unregistered_threads),
 		TC(run_caller_helps),
+		TC(run_never_runs_unrelated_work),
+		TC(run_nested_never_runs_unrelated_work),
 		TC(run_ignores_max_async),
 		TC(run_child_dispatches_background),
 	};

@@ -148,6 +148,39 @@ static void shutdown_idle_then_destroy(void **state)
 	tb_free(tb);
 }
 
+/* An event stays valid after shutdown (only fanout_destroy ends it). */
+static void event_valid_after_shutdown(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	struct tbatch *a = tb_new(2), *b = tb_new(3);
+	struct fanout_event *eva = NULL, *evb = NULL;
+
+	a->b.context = "ctx-a";
+	a->probes[0].summary = "sum-a0";
+	b->b.session_key = "key-b";
+	b->probes[2].summary = "sum-b2";
+	fanout_id ida = must_dispatch(e, a);
+	eva = must_wait(fanout_default_sink(e));
+	assert_int_equal(fanout_run(e, &b->b, &evb), 0);
+	assert_int_equal(fanout_shutdown(e), 0);
+
+	assert_true(eva->id == ida);
+	assert_string_equal(eva->context, "ctx-a");
+	assert_string_equal(eva->results[0].summary, "sum-a0");
+	assert_string_equal(eva->results[1].goal, "task-1");
+	assert_string_equal(evb->session_key, "key-b");
+	assert_string_equal(evb->results[2].summary, "sum-b2");
+	char buf[512];
+	assert_true(fanout_format(eva, buf, sizeof(buf)) > 0);
+	assert_true(fanout_event_json(evb, buf, sizeof(buf)) > 0);
+	fanout_event_free(eva);
+	fanout_event_free(evb);
+	tb_free(a);
+	tb_free(b);
+	fanout_destroy(e);
+}
+
 /* destroy frees undrained events in every sink (ASan's leak check). */
 static void destroy_frees_undrained_events(void **state)
 {
@@ -424,6 +457,7 @@ int main(void)
 		TC(shutdown_delivers_every_event),
 		TC(shutdown_refuses_new_work),
 		TC(shutdown_idle_then_destroy),
+		TC(event_valid_after_shutdown),
 		TC(destroy_frees_undrained_events),
 		TC(destroy_with_work_running),
 		TC(shutdown_from_child_edeadlk),
