@@ -480,7 +480,7 @@ static struct record *rec_alloc(struct fanout_engine *e,
 	char *area;
 
 	for (i = 0; i < n; i++)
-		strings += b->tasks[i].goal ? strlen(b->tasks[i].goal) + 1 : 1;
+		strings += b->tasks[i].goal ? strlen(b->tasks[i].goal) + 1 : 0;
 	head = (head + CACHELINE - 1) & ~(size_t)(CACHELINE - 1);
 	head += nrunners * sizeof(struct progress_slot);
 	size = head + n * sizeof(struct task_slot) + n + strings;
@@ -504,11 +504,12 @@ static struct record *rec_alloc(struct fanout_engine *e,
 	rec->owned = (uint8_t *)(rec->tasks + n);
 	area = (char *)rec->owned + n;
 	for (i = 0; i < n; i++) {
-		const char *g = b->tasks[i].goal ? b->tasks[i].goal : "";
+		const char *g = b->tasks[i].goal;
 
 		rec->tasks[i].fn = b->tasks[i].fn;
 		rec->tasks[i].arg = b->tasks[i].arg;
-		rec->tasks[i].goal = copy_str(&area, g, strlen(g) + 1);
+		/* A NULL goal shares one static "" instead of a copy. */
+		rec->tasks[i].goal = g ? copy_str(&area, g, strlen(g) + 1) : "";
 	}
 	rec->ev.context = copy_str(&area, b->context, str_size(b->context));
 	rec->ev.session_key =

@@ -148,22 +148,26 @@ struct fanout_engine {
 	_Atomic(struct record *) *kept; /* A: cfg.keep_completed slots */
 	unsigned max_tokens;     /* I: min(workers, max_children) */
 
-	/* Dispatch-side hot counters. */
+	/* Touched only by dispatching threads. */
 	_Atomic uint64_t next_id __attribute__((aligned(CACHELINE)));
-	_Atomic uint32_t async_running; /* A: against max_async */
+	_Atomic uint64_t st_dispatched;
+	_Atomic uint64_t st_runs;
+
+	/* Touched by dispatchers and finalisers alike: their own line. */
+	_Atomic uint32_t async_running __attribute__((aligned(CACHELINE)));
 	_Atomic uint32_t active;  /* A: unfinished records + calls in flight */
-	_Atomic uint64_t finish_seq;
+
+	/* Touched only by finalisers. */
+	_Atomic uint64_t finish_seq __attribute__((aligned(CACHELINE)));
+	_Atomic uint64_t st_completed;
 
 	/* Shutdown. */
 	_Atomic uint32_t shutting __attribute__((aligned(CACHELINE)));
 	struct fq_ec drained;     /* signalled when active reaches 0 */
 	_Atomic uint32_t shut_done;
 
-	/* Statistics (relaxed; exact once quiescent). */
-	_Atomic uint64_t st_dispatched __attribute__((aligned(CACHELINE)));
-	_Atomic uint64_t st_runs;
-	_Atomic uint64_t st_completed;
-	_Atomic uint64_t st_rejected;
+	/* Colder statistics (relaxed; exact once quiescent). */
+	_Atomic uint64_t st_rejected __attribute__((aligned(CACHELINE)));
 	_Atomic uint64_t st_cancelled;
 	_Atomic uint64_t st_skipped;
 	_Atomic uint64_t st_helper_children; /* run by non-worker threads */
