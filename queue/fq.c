@@ -40,9 +40,17 @@
  *    seq != v and returns: the spinner does not sleep through the token,
  *    and will take it, or take it after its current one (it does not park
  *    while the ring is non-empty).  If the load does not count it, it is
- *    already announced in `waiters`, and the producer wakes as in 2.  So
- *    the batch-1 dispatch to an engine with a spinning worker makes no
- *    system call at all.
+ *    already announced in `waiters`, and the producer wakes as in 2.
+ *    The spinner it counted on may take ANOTHER token and run it for a
+ *    long time, though; so a counted spinner that takes a token hands on
+ *    what it leaves: after its seq_cst decrement it reads the ring's size
+ *    and, if tokens remain, does the producer's step itself (kick).  The
+ *    producer's enqueue precedes its load of `spinning`, which precedes
+ *    the decrement, so that size read sees the token (or someone took it),
+ *    and by induction every token left to a spinner is taken or kicked
+ *    on.  So a batch-1 dispatch to an engine with a spinning worker makes
+ *    no system call, and no worker sleeps while a token waits
+ *    (test_dispatch's dispatch_idle_worker_not_left_asleep).
  *
  * 4. Idle workers stop burning CPU after spin_ns: the spin loop reads the
  *    clock every 64 pauses and parks once the deadline passed.
@@ -250,9 +258,25 @@ void fq_unreserve(struct fq *q, unsigned n)
 					  memory_order_relaxed);
 }
 
+/*
+ * Argument 3: wake sleepers for the n waiting tokens that the spinners
+ * cannot cover.  seq_cst increment, then seq_cst loads: pairs with the
+ * workers' seq_cst announcement (fq_ec_prepare) and spinner count.
+ */
+static void kick(struct fq *q, unsigned n)
+{
+	unsigned spinners;
+
+	atomic_fetch_add_explicit(&q->idle.seq, 1, memory_order_seq_cst);
+	spinners = atomic_load_explicit(&q->spinning, memory_order_seq_cst);
+	if (n > spinners &&
+	    atomic_load_explicit(&q->idle.waiters, memory_order_seq_cst))
+		futex(&q->idle.seq, FUTEX_WAKE_PRIVATE, (int)(n - spinners), NULL);
+}
+
 void fq_submit(struct fq *q, struct fq_work *w, unsigned n)
 {
-	unsigned i, spinners;
+	unsigned i;
 
 	if (!n)
 		return;
@@ -266,14 +290,7 @@ void fq_submit(struct fq *q, struct fq_work *w, unsigned n)
 		if (!ok)
 			abort(); /* broken invariant: credits (argument 1) */
 	}
-	/* Argument 3: wake only for the tokens that spinners cannot cover.
-	 * seq_cst increment, then seq_cst loads: pairs with the workers'
-	 * seq_cst announcement (fq_ec_prepare) and spinner count. */
-	atomic_fetch_add_explicit(&q->idle.seq, 1, memory_order_seq_cst);
-	spinners = atomic_load_explicit(&q->spinning, memory_order_seq_cst);
-	if (n > spinners &&
-	    atomic_load_explicit(&q->idle.waiters, memory_order_seq_cst))
-		futex(&q->idle.seq, FUTEX_WAKE_PRIVATE, (int)(n - spinners), NULL);
+	kick(q, n);
 }
 
 /* --------------------------------------------------------------- workers */
@@ -306,6 +323,20 @@ static void stop_spinning(struct fq *q)
 	/* seq_cst: orders the re-check before it against fq_submit's load of
 	 * `spinning` (argument 3). */
 	atomic_fetch_sub_explicit(&q->spinning, 1, memory_order_seq_cst);
+}
+
+/* A counted spinner took a token and is about to run it, possibly for a
+ * long time: producers that counted on it may have left tokens for it, so
+ * pass them on (argument 3).  The size read follows the seq_cst decrement
+ * in stop_spinning(). */
+static void took_while_spinning(struct fq *q)
+{
+	unsigned left;
+
+	stop_spinning(q);
+	left = ck_ring_size(&q->ring);
+	if (left)
+		kick(q, left);
 }
 
 static void *worker_main(void *arg)
@@ -344,7 +375,7 @@ static void *worker_main(void *arg)
 			fq_spin_relax(i);
 		}
 		if (take(q, &w)) {
-			stop_spinning(q);
+			took_while_spinning(q);
 			run_item(self, w);
 			continue;
 		}
@@ -352,7 +383,7 @@ static void *worker_main(void *arg)
 		v = fq_ec_prepare(&q->idle);
 		if (take(q, &w)) {
 			fq_ec_done(&q->idle);
-			stop_spinning(q);
+			took_while_spinning(q);
 			run_item(self, w);
 			continue;
 		}
