@@ -131,17 +131,22 @@ FANOUT_API const char *fanout_status_name(enum fanout_status st);
  * @workers:        worker threads (default: CPUs this process may run on;
  *                  at most 1024).
  * @flags:          FANOUT_NO_PIN, or 0 (workers pinned one per CPU).
- * @queue_slots:    work ring size, rounded up to a power of two (default:
- *                  enough that max_async background delegations always
- *                  fit; if you set it smaller, dispatch returns -EBUSY
- *                  when the ring has no room rather than overflowing it).
- * @max_async:      background delegations running at once (default 256).
- *                  One slot per delegation, however many children.
- * @max_children:   children of one delegation running at once (default 64).
+ * @queue_slots:    work ring size, rounded up to a power of two, at most
+ *                  1<<24 (default: enough that max_async background
+ *                  delegations always fit; if you set it smaller, dispatch
+ *                  returns -EBUSY when the ring has no room rather than
+ *                  overflowing it).
+ * @max_async:      background delegations running at once (default 256,
+ *                  at most 1<<20).  One slot per delegation, however many
+ *                  children.
+ * @max_children:   children of one delegation running at once (default 64,
+ *                  at most 1<<24).
  * @max_tasks:      children per delegation (default 65536, at most 1<<24).
  * @max_depth:      deepest child depth (default 2, at most 64).  Children
  *                  of a top-level delegation have depth 1.
- * @keep_completed: finished records kept for lookup/list (default 1024).
+ * @keep_completed: finished records kept for lookup/list (default 1024, at
+ *                  most 1<<24).  Each kept record holds its whole block
+ *                  (results and strings) until it is pruned.
  * @spin_ns:        how long an idle thread spins before it parks on a futex
  *                  (default 50000 ns; at most 1 s).  Set to 1 to park almost
  *                  at once.
