@@ -129,9 +129,14 @@ void fanout__finalise(struct record *rec)
 {
 	struct fanout_engine *e = rec->e;
 	struct fanout_event *ev = &rec->ev;
-	/* relaxed: any cancel that matters happened before the join's last
-	 * decrement (acq_rel), which our caller performed just now. */
-	uint32_t cancel = atomic_load_explicit(&rec->cancel, memory_order_relaxed);
+	/* One RMW both reads the cancel bits and closes the door: a cancel
+	 * whose own fetch_or finds CANCEL_FINAL returns -EALREADY, so the
+	 * event's `cancelled` is true exactly when fanout_cancel returned 0
+	 * (test_cancel's cancel_races_completion).  acq_rel: pairs with the
+	 * canceller's fetch_or. */
+	uint32_t cancel = atomic_fetch_or_explicit(&rec->cancel, CANCEL_FINAL,
+						   memory_order_acq_rel) &
+			  ~CANCEL_FINAL;
 	unsigned i, nc = 0, ne = 0, ni = 0;
 	double cost = 0;
 
@@ -282,7 +287,8 @@ static void run_chunk(struct record *rec, struct progress_slot *prog,
 	for (j = i; j < end; j++) {
 		/* relaxed: whether to start is a hint-level decision; the
 		 * child's outcome is published by the join below. */
-		if (atomic_load_explicit(&rec->cancel, memory_order_relaxed))
+		if (atomic_load_explicit(&rec->cancel, memory_order_relaxed) &
+		    FANOUT_CANCEL_PENDING)
 			skip_child(rec, j);
 		else {
 			run_child(rec, j, &clock);
@@ -333,7 +339,8 @@ static void run_token(struct fq_work *w)
 		uint32_t i;
 
 		/* relaxed: a hint only; the claim below decides. */
-		if (atomic_load_explicit(&rec->cancel, memory_order_relaxed))
+		if (atomic_load_explicit(&rec->cancel, memory_order_relaxed) &
+		    FANOUT_CANCEL_PENDING)
 			break;
 		/* relaxed: ownership comes from the RMW's total order on
 		 * `claim`; the task slots were published by the ring handoff
@@ -389,9 +396,12 @@ int fanout__cancel_rec(struct record *rec, unsigned how)
 	 * every child is done and the event is (being) published. */
 	if (atomic_load_explicit(&rec->remaining, memory_order_acquire) == 0)
 		return -EALREADY;
-	/* release: a child that sees the bit in fanout_interrupted() sees
-	 * everything the canceller did before. */
-	old = atomic_fetch_or_explicit(&rec->cancel, bits, memory_order_release);
+	/* acq_rel: a child that sees the bit in fanout_interrupted() sees
+	 * everything the canceller did before; pairs with the finaliser's
+	 * fetch_or of CANCEL_FINAL, whichever comes first decides. */
+	old = atomic_fetch_or_explicit(&rec->cancel, bits, memory_order_acq_rel);
+	if (old & CANCEL_FINAL)
+		return -EALREADY; /* the finaliser already read the bits */
 	if (!old) /* relaxed: a statistic */
 		atomic_fetch_add_explicit(&rec->e->st_cancelled, 1,
 					  memory_order_relaxed);

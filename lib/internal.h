@@ -56,6 +56,8 @@ extern int fanout__rcu_token;
 
 /* Internal cancel bit: the engine is shutting down. */
 #define CANCEL_SHUTDOWN 0x4u
+/* Internal cancel bit: the finaliser has read the bits; too late to cancel. */
+#define CANCEL_FINAL 0x8u
 
 enum rec_state { REC_RUNNING = 0, REC_FINISHED = 1 };
 

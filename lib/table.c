@@ -168,12 +168,15 @@ static void snapshot(const struct record *rec, struct fanout_info *info)
 	info->depth = rec->depth;
 	info->background = rec->background;
 	info->user = rec->ev.user;
-	/* relaxed: a flag for display; nothing is read through it. */
-	info->cancelled =
-		atomic_load_explicit(&rec->cancel, memory_order_relaxed) != 0;
+	/* relaxed: a flag for display; nothing is read through it.  Bits
+	 * set after CANCEL_FINAL belong to a cancel that got -EALREADY. */
+	info->cancelled = (atomic_load_explicit(&rec->cancel,
+						memory_order_relaxed) &
+			   ~CANCEL_FINAL) != 0;
 	/* acquire: pairs with the release store of FINISHED in finalise. */
 	if (atomic_load_explicit(&rec->state, memory_order_acquire) ==
 	    REC_FINISHED) {
+		info->cancelled = rec->ev.cancelled;
 		info->status = rec->ev.status;
 		info->ndone = rec->ntasks;
 		info->completed_ns = rec->ev.completed_ns;

@@ -372,6 +372,48 @@ static void dispatch_times(void **state)
 	fanout_destroy(e);
 }
 
+/*
+ * Invariant 5: no worker sleeps while runnable work waits.  Two fresh
+ * workers reaching the end of their spin (default spin_ns 50 us): one takes
+ * a long child, the other must run the next delegation - not sleep until
+ * the long child is over.  Repeated because the window is narrow; the
+ * delays only aim at the spin-to-park transition, nothing is timed.
+ */
+static void dispatch_idle_worker_not_left_asleep(void **state)
+{
+	int lost = -1;
+
+	for (int k = 0; k < 40 && lost < 0; k++) {
+		struct fanout_engine *e = eng2();
+		atomic_int gate = 0;
+		struct tbatch *g = tb_new(1), *f = tb_new(1);
+		struct fanout_event *ev = NULL;
+
+		sleep_us(20 + (unsigned)(k % 7) * 10);
+		g->probes[0].gate = &gate;
+		must_dispatch(e, g);
+		fanout_id fid = must_dispatch(e, f);
+		/* the long child blocks until the other event arrived */
+		int rc = fanout_wait(fanout_default_sink(e), &ev, WAIT_MS);
+		if (rc != 0)
+			lost = k;
+		else
+			assert_true(ev->id == fid);
+		fanout_event_free(ev);
+		atomic_store(&gate, 1);
+		for (int i = rc == 0 ? 1 : 0; i < 2; i++)
+			fanout_event_free(must_wait(fanout_default_sink(e)));
+		tb_free(g);
+		tb_free(f);
+		fanout_destroy(e);
+	}
+	if (lost >= 0)
+		print_error("engine %d: a worker slept for %d ms while a "
+			    "dispatched child waited in the ring\n", lost,
+			    WAIT_MS);
+	assert_int_equal(lost, -1);
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -547,6 +589,7 @@ int main(void)
 		TC(dispatch_summaries_errors_cost),
 		TC(dispatch_status_rules),
 		TC(dispatch_times),
+		TC(dispatch_idle_worker_not_left_asleep),
 		TC(dispatch_ids_unique),
 		TC(dispatch_batch_sizes),
 		TC(dispatch_concurrent_threads),

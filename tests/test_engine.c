@@ -122,6 +122,27 @@ static void create_spin_ns_range(void **state)
 					  .spin_ns = 1 });
 }
 
+/* The other documented limits (queue_slots, max_async, max_children,
+ * keep_completed); the large valid values are not created here (memory). */
+static void create_other_limits(void **state)
+{
+	expect_einval((struct fanout_config){ .workers = 1,
+					      .queue_slots = (1u << 24) + 1 });
+	expect_einval((struct fanout_config){ .workers = 1,
+					      .queue_slots = UINT_MAX });
+	expect_einval((struct fanout_config){ .workers = 1,
+					      .max_async = (1u << 20) + 1 });
+	expect_einval((struct fanout_config){ .workers = 1,
+					      .max_children = (1u << 24) + 1 });
+	expect_einval((struct fanout_config){
+		.workers = 1, .keep_completed = (1u << 24) + 1 });
+	expect_ok((struct fanout_config){ .workers = 1, .flags = FANOUT_NO_PIN,
+					  .max_children = 1u << 24 });
+	expect_ok((struct fanout_config){ .workers = 2, .flags = FANOUT_NO_PIN,
+					  .queue_slots = 3, .max_async = 5,
+					  .keep_completed = 1 });
+}
+
 static void create_no_pin(void **state)
 {
 	struct fanout_engine *e =
@@ -352,6 +373,7 @@ int main(void)
 		TC(create_max_depth_range),
 		TC(create_max_tasks_range),
 		TC(create_spin_ns_range),
+		TC(create_other_limits),
 		TC(create_no_pin),
 		TC(create_pinned),
 		TC(create_one_worker),
