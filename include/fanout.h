@@ -426,7 +426,7 @@ FANOUT_API int fanout_run(struct fanout_engine *e,
 
 /* fanout_delegate() outcomes (positive; errors are negative). */
 #define FANOUT_BACKGROUND 1  /* dispatched; *id set, event comes later */
-#define FANOUT_INLINE 2      /* ran synchronously inside a child; *ev set */
+#define FANOUT_INLINE 2	     /* ran synchronously inside a child; *ev set */
 #define FANOUT_INLINE_FULL 3 /* async pool full, ran synchronously; *ev set */
 
 /**

@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 enum fanout_fault {
-	FANOUT_FAULT_ALLOC = 1,   /* every allocation the library makes */
+	FANOUT_FAULT_ALLOC = 1,	  /* every allocation the library makes */
 	FANOUT_FAULT_THREAD = 2,  /* pthread_create of a worker (-EAGAIN) */
 	FANOUT_FAULT_EVENTFD = 3, /* eventfd() of a sink (-EMFILE) */
 };

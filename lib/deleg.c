@@ -93,7 +93,8 @@ void fanout__rec_put(struct record *rec, uint32_t n)
 {
 	/* release on the decrement, acquire before the free (refcount.h):
 	 * every access by every holder happens before the free. */
-	if (atomic_fetch_sub_explicit(&rec->refs, n, memory_order_acq_rel) == n) {
+	if (atomic_fetch_sub_explicit(&rec->refs, n, memory_order_acq_rel) ==
+	    n) {
 		FQ_HANDOFF_RELEASE(rec);
 		call_rcu(&rec->rcu, rec_free_rcu);
 	}
@@ -106,7 +107,8 @@ void fanout__active_put(struct fanout_engine *e, uint32_t n)
 	 * decrement, or we read `shutting` set and signal (store-buffering;
 	 * acq_rel would not forbid both missing).  Release part: a waiter that
 	 * sees 0 sees every record's publication. */
-	if (atomic_fetch_sub_explicit(&e->active, n, memory_order_seq_cst) == n &&
+	if (atomic_fetch_sub_explicit(&e->active, n, memory_order_seq_cst) ==
+		    n &&
 	    atomic_load_explicit(&e->shutting, memory_order_seq_cst))
 		fq_ec_signal(&e->drained, 1);
 }
@@ -167,7 +169,7 @@ void fanout__finalise(struct record *rec)
 	} else if (ni == rec->ntasks) {
 		ev->status = FANOUT_INTERRUPTED;
 		ev->error = cancel & CANCEL_SHUTDOWN ? "engine shut down" :
-			    cancel ? "cancelled" :
+			    cancel		     ? "cancelled" :
 				     "every child was interrupted";
 	} else {
 		ev->status = FANOUT_ERROR;
@@ -231,7 +233,7 @@ static void run_child(struct record *rec, unsigned i, uint64_t *clock)
 {
 	struct task_slot *t = &rec->tasks[i];
 	struct fanout_result *r = &rec->results[i];
-	struct fanout_child c = { .rec = rec, .index = i, .res = r };
+	struct fanout_child c = {.rec = rec, .index = i, .res = r};
 	struct fanout_child *prev = tls_child;
 	uint64_t t1;
 	int rc;
@@ -256,7 +258,8 @@ static void run_child(struct record *rec, unsigned i, uint64_t *clock)
 		rec->owned[i] = 0;
 		r->error = NULL;
 	} else {
-		r->status = rc == -ECANCELED ? FANOUT_INTERRUPTED : FANOUT_ERROR;
+		r->status =
+			rc == -ECANCELED ? FANOUT_INTERRUPTED : FANOUT_ERROR;
 		if (!r->error)
 			r->error = code_text(rc);
 	}
@@ -296,7 +299,8 @@ static void run_chunk(struct record *rec, struct progress_slot *prog,
 		}
 		/* relaxed: a progress figure for lookup, nothing read through
 		 * it; only this runner writes its slot. */
-		atomic_store_explicit(&prog->n, j + 1 - i, memory_order_relaxed);
+		atomic_store_explicit(&prog->n, j + 1 - i,
+				      memory_order_relaxed);
 	}
 	if (ran != end - i) /* relaxed: a statistic */
 		atomic_fetch_add_explicit(&e->st_skipped, end - i - ran,
@@ -305,9 +309,10 @@ static void run_chunk(struct record *rec, struct progress_slot *prog,
 	if (self >= 0) {
 		_Atomic uint64_t *cnt = &e->st_worker_children[self];
 		/* W: only this worker writes its slot. */
-		atomic_store_explicit(cnt,
-				      atomic_load_explicit(cnt, memory_order_relaxed) + ran,
-				      memory_order_relaxed);
+		atomic_store_explicit(
+			cnt,
+			atomic_load_explicit(cnt, memory_order_relaxed) + ran,
+			memory_order_relaxed);
 	} else { /* relaxed: a statistic */
 		atomic_fetch_add_explicit(&e->st_helper_children, ran,
 					  memory_order_relaxed);
@@ -386,9 +391,10 @@ unsigned fanout__claim_rest(struct record *rec)
 
 int fanout__cancel_rec(struct record *rec, unsigned how)
 {
-	uint32_t bits = how & FANOUT_CANCEL_INTERRUPT ?
-				FANOUT_CANCEL_PENDING | FANOUT_CANCEL_INTERRUPT :
-				FANOUT_CANCEL_PENDING;
+	uint32_t bits =
+		how & FANOUT_CANCEL_INTERRUPT ?
+			FANOUT_CANCEL_PENDING | FANOUT_CANCEL_INTERRUPT :
+			FANOUT_CANCEL_PENDING;
 	uint32_t old;
 
 	bits |= how & CANCEL_SHUTDOWN;
@@ -399,10 +405,11 @@ int fanout__cancel_rec(struct record *rec, unsigned how)
 	/* acq_rel: a child that sees the bit in fanout_interrupted() sees
 	 * everything the canceller did before; pairs with the finaliser's
 	 * fetch_or of CANCEL_FINAL, whichever comes first decides. */
-	old = atomic_fetch_or_explicit(&rec->cancel, bits, memory_order_acq_rel);
+	old = atomic_fetch_or_explicit(&rec->cancel, bits,
+				       memory_order_acq_rel);
 	if (old & CANCEL_FINAL)
 		return -EALREADY; /* the finaliser already read the bits */
-	if (!old) /* relaxed: a statistic */
+	if (!old)		  /* relaxed: a statistic */
 		atomic_fetch_add_explicit(&rec->e->st_cancelled, 1,
 					  memory_order_relaxed);
 	fanout__claim_rest(rec);
@@ -506,8 +513,10 @@ static struct record *rec_alloc(struct fanout_engine *e,
 	rec->work.fn = run_token;
 	rec->tasks = (struct task_slot *)((char *)rec + head);
 	rec->nrunners = nrunners;
-	rec->progress = (struct progress_slot *)((char *)rec->tasks -
-				 nrunners * sizeof(struct progress_slot));
+	rec->progress =
+		(struct progress_slot *)((char *)rec->tasks -
+					 nrunners *
+						 sizeof(struct progress_slot));
 	for (i = 0; i < nrunners; i++)
 		atomic_init(&rec->progress[i].n, 0);
 	atomic_init(&rec->runner_next, 0);
@@ -565,7 +574,8 @@ static void recheck_shutdown(struct fanout_engine *e, fanout_id id)
 	fanout__read_lock();
 	rec = fanout__table_find(e, id);
 	if (rec)
-		fanout__cancel_rec(rec, FANOUT_CANCEL_INTERRUPT | CANCEL_SHUTDOWN);
+		fanout__cancel_rec(rec,
+				   FANOUT_CANCEL_INTERRUPT | CANCEL_SHUTDOWN);
 	fanout__read_unlock();
 }
 
@@ -590,7 +600,8 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 		return reject(e, err);
 	/* Admission: one max_async slot per batch.  acquire: pairs with the
 	 * release decrement in finalise, so the slot's old owner is done. */
-	if (atomic_fetch_add_explicit(&e->async_running, 1, memory_order_acquire) >=
+	if (atomic_fetch_add_explicit(&e->async_running, 1,
+				      memory_order_acquire) >=
 	    e->cfg.max_async) {
 		err = -EBUSY;
 		goto out_async;
@@ -613,7 +624,8 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	atomic_init(&rec->refs, 2 + got);
 	rec->chunk = chunk_for(b->ntasks, got);
 	id = rec->id;
-	atomic_fetch_add_explicit(&e->st_dispatched, 1, memory_order_relaxed); /* stat */
+	atomic_fetch_add_explicit(&e->st_dispatched, 1,
+				  memory_order_relaxed); /* stat */
 	fanout__read_lock();
 	fanout__table_insert(e, rec);
 	fanout__read_unlock();
@@ -650,7 +662,8 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 		return reject(e, err);
 	/* The caller is one runner; idle workers may add up to max_children
 	 * in all.  No credit is fine: the caller then runs everything. */
-	want = b->ntasks < e->cfg.max_children ? b->ntasks : e->cfg.max_children;
+	want = b->ntasks < e->cfg.max_children ? b->ntasks :
+						 e->cfg.max_children;
 	want = want > e->max_tokens ? e->max_tokens : want;
 	extra = want > 1 ? fq_reserve(e->q, want - 1, 0) : 0;
 	rec = rec_alloc(e, b, depth, false, extra + 1);
@@ -662,7 +675,8 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	/* refs: table + event (returned to the caller) + caller + tokens. */
 	atomic_init(&rec->refs, 3 + extra);
 	rec->chunk = chunk_for(b->ntasks, extra + 1);
-	atomic_fetch_add_explicit(&e->st_runs, 1, memory_order_relaxed); /* stat */
+	atomic_fetch_add_explicit(&e->st_runs, 1,
+				  memory_order_relaxed); /* stat */
 	fanout__read_lock();
 	fanout__table_insert(e, rec);
 	fanout__read_unlock();

@@ -60,7 +60,7 @@ static unsigned pow2_at_least(unsigned long long v)
 
 static int resolve(const struct fanout_config *in, struct fanout_config *c)
 {
-	struct fanout_config z = { 0 };
+	struct fanout_config z = {0};
 
 	*c = in ? *in : z;
 	if ((c->flags & ~FANOUT_NO_PIN) || c->workers > MAX_WORKERS ||
@@ -102,8 +102,9 @@ int fanout_create(const struct fanout_config *cfg, struct fanout_engine **out)
 	err = resolve(cfg, &e->cfg);
 	if (err)
 		goto out_free;
-	e->max_tokens = e->cfg.workers < e->cfg.max_children ? e->cfg.workers :
-							       e->cfg.max_children;
+	e->max_tokens = e->cfg.workers < e->cfg.max_children ?
+				e->cfg.workers :
+				e->cfg.max_children;
 	/* Default ring: every allowed background delegation can hold all of
 	 * its tokens at once, so only max_async ever refuses a dispatch. */
 	qp.slots = e->cfg.queue_slots ?
@@ -233,14 +234,19 @@ int fanout_stats(struct fanout_engine *e, struct fanout_stats *st)
 		return -EINVAL;
 	memset(st, 0, sizeof(*st));
 	/* relaxed throughout: counters, exact once the engine is quiet. */
-	st->dispatched = atomic_load_explicit(&e->st_dispatched, memory_order_relaxed);
+	st->dispatched =
+		atomic_load_explicit(&e->st_dispatched, memory_order_relaxed);
 	st->runs = atomic_load_explicit(&e->st_runs, memory_order_relaxed);
-	st->completed = atomic_load_explicit(&e->st_completed, memory_order_relaxed);
-	st->rejected = atomic_load_explicit(&e->st_rejected, memory_order_relaxed);
-	st->cancelled = atomic_load_explicit(&e->st_cancelled, memory_order_relaxed);
-	st->children_skipped = atomic_load_explicit(&e->st_skipped, memory_order_relaxed);
-	st->children_run =
-		atomic_load_explicit(&e->st_helper_children, memory_order_relaxed);
+	st->completed =
+		atomic_load_explicit(&e->st_completed, memory_order_relaxed);
+	st->rejected =
+		atomic_load_explicit(&e->st_rejected, memory_order_relaxed);
+	st->cancelled =
+		atomic_load_explicit(&e->st_cancelled, memory_order_relaxed);
+	st->children_skipped =
+		atomic_load_explicit(&e->st_skipped, memory_order_relaxed);
+	st->children_run = atomic_load_explicit(&e->st_helper_children,
+						memory_order_relaxed);
 	st->async_running =
 		atomic_load_explicit(&e->async_running, memory_order_relaxed);
 	st->nworkers = e->cfg.workers;

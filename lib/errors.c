@@ -11,25 +11,27 @@
 #include <stdio.h>
 #include <string.h>
 
-#define FANOUT_ERRORS(X)                                                        \
+#define FANOUT_ERRORS(X)                                                       \
 	X(EINVAL, "invalid argument: a NULL pointer, an empty batch, a task "  \
 		  "without fn, a bad flag or config field, or a sink of "      \
 		  "another engine; fix the call")                              \
-	X(E2BIG, "batch has more tasks than fanout_config.max_tasks; split it " \
-		 "or raise max_tasks")                                         \
-	X(EBUSY, "at capacity: max_async background delegations are running " \
+	X(E2BIG,                                                               \
+	  "batch has more tasks than fanout_config.max_tasks; split it "       \
+	  "or raise max_tasks")                                                \
+	X(EBUSY, "at capacity: max_async background delegations are running "  \
 		 "(or the work ring is full, or another thread is polling "    \
 		 "this sink); wait for events, raise fanout_config.max_async " \
 		 "or queue_slots, or use fanout_delegate to run inline")       \
-	X(ELOOP, "delegation too deep: its children would exceed "             \
-		 "fanout_config.max_depth; do the work in this child or raise " \
-		 "max_depth")                                                  \
+	X(ELOOP,                                                               \
+	  "delegation too deep: its children would exceed "                    \
+	  "fanout_config.max_depth; do the work in this child or raise "       \
+	  "max_depth")                                                         \
 	X(ENOMEM, "out of memory; nothing was started, retry later")           \
 	X(ESHUTDOWN, "engine is shut down: it accepts no new work; create a "  \
 		     "new engine")                                             \
 	X(ENOENT, "no such delegation: the id is unknown or its record was "   \
 		  "pruned (raise fanout_config.keep_completed to keep more)")  \
-	X(EALREADY, "the delegation already finished; its event is (or was) " \
+	X(EALREADY, "the delegation already finished; its event is (or was) "  \
 		    "in its sink")                                             \
 	X(EAGAIN, "no event waiting; poll again later or use fanout_wait / "   \
 		  "fanout_sink_fd (from fanout_create: could not start a "     \
@@ -41,8 +43,9 @@
 		  "some or raise RLIMIT_NOFILE")                               \
 	X(ENFILE, "the system is out of file descriptors for the sink's "      \
 		  "eventfd; retry later")                                      \
-	X(ECANCELED, "interrupted: the delegation was cancelled or the engine " \
-		     "shut down")
+	X(ECANCELED,                                                           \
+	  "interrupted: the delegation was cancelled or the engine "           \
+	  "shut down")
 
 const char *fanout_strerror(int err)
 {
@@ -74,13 +77,14 @@ int fanout_describe_error(struct fanout_engine *e, int err, char *buf,
 		err = -err;
 	switch (err) {
 	case EBUSY:
-		return snprintf(buf, len,
-				"%s [%u of max_async=%u background delegations "
-				"running; queue_slots=%u]",
-				base,
-				atomic_load_explicit(&e->async_running, /* a figure */
-						     memory_order_relaxed),
-				e->cfg.max_async, e->cfg.queue_slots);
+		return snprintf(
+			buf, len,
+			"%s [%u of max_async=%u background delegations "
+			"running; queue_slots=%u]",
+			base,
+			atomic_load_explicit(&e->async_running, /* a figure */
+					     memory_order_relaxed),
+			e->cfg.max_async, e->cfg.queue_slots);
 	case E2BIG:
 		return snprintf(buf, len, "%s [max_tasks=%u]", base,
 				e->cfg.max_tasks);

@@ -40,7 +40,8 @@ static void putf(struct out *o, const char *fmt, ...)
 	n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
 	va_end(ap);
 	if (n > 0)
-		put(o, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+		put(o, tmp,
+		    (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
 }
 
 static void puts_(struct out *o, const char *s)
@@ -69,18 +70,20 @@ static void put_indented(struct out *o, const char *s, const char *ind)
 
 int fanout_format(const struct fanout_event *ev, char *buf, size_t len)
 {
-	struct out o = { buf, len, 0 };
+	struct out o = {buf, len, 0};
 	unsigned i;
 
 	if (!ev || (!buf && len))
 		return -EINVAL;
-	putf(&o, "[" FANOUT_ID_FMT "] %s: %u/%u completed", (unsigned long long)ev->id,
-	     fanout_status_name(ev->status), ev->ncompleted, ev->nresults);
+	putf(&o, "[" FANOUT_ID_FMT "] %s: %u/%u completed",
+	     (unsigned long long)ev->id, fanout_status_name(ev->status),
+	     ev->ncompleted, ev->nresults);
 	if (ev->nerror)
 		putf(&o, ", %u error", ev->nerror);
 	if (ev->ninterrupted)
 		putf(&o, ", %u interrupted", ev->ninterrupted);
-	putf(&o, " in %.1fms", (double)(ev->completed_ns - ev->dispatched_ns) / 1e6);
+	putf(&o, " in %.1fms",
+	     (double)(ev->completed_ns - ev->dispatched_ns) / 1e6);
 	if (ev->cost != 0)
 		putf(&o, ", cost %g", ev->cost);
 	puts_(&o, "\n");
@@ -104,7 +107,8 @@ int fanout_format(const struct fanout_event *ev, char *buf, size_t len)
 
 		putf(&o, "TASK %u/%u: ", r->index + 1, ev->nresults);
 		puts_(&o, r->goal ? r->goal : "");
-		putf(&o, " (status=%s, %.1fms)\n", fanout_status_name(r->status),
+		putf(&o, " (status=%s, %.1fms)\n",
+		     fanout_status_name(r->status),
 		     (double)r->duration_ns / 1e6);
 		if (r->summary && *r->summary)
 			put_indented(&o, r->summary, "  ");
@@ -154,12 +158,13 @@ static void json_str(struct out *o, const char *s)
 
 int fanout_event_json(const struct fanout_event *ev, char *buf, size_t len)
 {
-	struct out o = { buf, len, 0 };
+	struct out o = {buf, len, 0};
 	unsigned i;
 
 	if (!ev || (!buf && len))
 		return -EINVAL;
-	putf(&o, "{\"id\":\"" FANOUT_ID_FMT "\",\"status\":", (unsigned long long)ev->id);
+	putf(&o, "{\"id\":\"" FANOUT_ID_FMT "\",\"status\":",
+	     (unsigned long long)ev->id);
 	json_str(&o, fanout_status_name(ev->status));
 	puts_(&o, ",\"error\":");
 	json_str(&o, ev->error);
@@ -170,8 +175,9 @@ int fanout_event_json(const struct fanout_event *ev, char *buf, size_t len)
 	putf(&o, ",\"dispatched_ns\":%llu,\"completed_ns\":%llu,\"cost\":%.17g",
 	     (unsigned long long)ev->dispatched_ns,
 	     (unsigned long long)ev->completed_ns, ev->cost);
-	putf(&o, ",\"completed\":%u,\"errors\":%u,\"interrupted\":%u,"
-		 "\"cancelled\":%s,\"results\":[",
+	putf(&o,
+	     ",\"completed\":%u,\"errors\":%u,\"interrupted\":%u,"
+	     "\"cancelled\":%s,\"results\":[",
 	     ev->ncompleted, ev->nerror, ev->ninterrupted,
 	     ev->cancelled ? "true" : "false");
 	for (i = 0; i < ev->nresults; i++) {

@@ -38,17 +38,17 @@
  * a read-side section's accesses happen before the grace period ends. */
 extern int fanout__rcu_token;
 #define fanout__read_lock() rcu_read_lock()
-#define fanout__read_unlock()                                                 \
-	do {                                                                  \
-		FQ_HANDOFF_RELEASE(&fanout__rcu_token);                       \
-		rcu_read_unlock();                                            \
+#define fanout__read_unlock()                                                  \
+	do {                                                                   \
+		FQ_HANDOFF_RELEASE(&fanout__rcu_token);                        \
+		rcu_read_unlock();                                             \
 	} while (0)
 
 /* Iterate a cds_lfht without liburcu's for_each_entry, whose container_of
  * on the terminating NULL is undefined behaviour (UBSan flags it). */
-#define fanout__lfht_for_each(ht, iter, node)                                 \
-	for (cds_lfht_first((ht), (iter));                                    \
-	     ((node) = cds_lfht_iter_get_node(iter)) != NULL;                 \
+#define fanout__lfht_for_each(ht, iter, node)                                  \
+	for (cds_lfht_first((ht), (iter));                                     \
+	     ((node) = cds_lfht_iter_get_node(iter)) != NULL;                  \
 	     cds_lfht_next((ht), (iter)))
 
 /* Which result strings of a child were allocated by fanout_set_*(). */
@@ -68,8 +68,8 @@ struct progress_slot {
 } __attribute__((aligned(CACHELINE)));
 
 struct task_slot {
-	fanout_fn fn; /* I */
-	void *arg;    /* I */
+	fanout_fn fn;	  /* I */
+	void *arg;	  /* I */
 	const char *goal; /* I: points into the record's string area */
 };
 
@@ -88,34 +88,34 @@ struct fanout_child {
  * lookups that still see it in the table read valid memory.
  */
 struct record {
-	struct fq_work work;        /* I: fn = run_token */
-	struct fanout_engine *e;    /* I */
-	struct fanout_sink *sink;   /* I: NULL for synchronous runs */
-	fanout_id id;               /* I */
-	unsigned ntasks;            /* I */
-	unsigned depth;             /* I */
-	unsigned chunk;             /* I: indices taken per claim */
-	bool background;            /* I */
-	size_t alloc_size;          /* I */
-	uint64_t dispatched_ns;     /* I */
-	struct task_slot *tasks;    /* I */
-	uint8_t *owned;             /* C: per child, OWN_* bits */
+	struct fq_work work;		/* I: fn = run_token */
+	struct fanout_engine *e;	/* I */
+	struct fanout_sink *sink;	/* I: NULL for synchronous runs */
+	fanout_id id;			/* I */
+	unsigned ntasks;		/* I */
+	unsigned depth;			/* I */
+	unsigned chunk;			/* I: indices taken per claim */
+	bool background;		/* I */
+	size_t alloc_size;		/* I */
+	uint64_t dispatched_ns;		/* I */
+	struct task_slot *tasks;	/* I */
+	uint8_t *owned;			/* C: per child, OWN_* bits */
 	struct progress_slot *progress; /* I: nrunners slots */
-	unsigned nrunners;          /* I: tokens + the fanout_run caller */
-	struct cds_lfht_node node;  /* table linkage (liburcu) */
-	struct rcu_head rcu;        /* deferred free */
-	struct cds_wfcq_node qnode; /* sink linkage */
-	uint64_t finish_seq;        /* F: position among finished records */
+	unsigned nrunners;		/* I: tokens + the fanout_run caller */
+	struct cds_lfht_node node;	/* table linkage (liburcu) */
+	struct rcu_head rcu;		/* deferred free */
+	struct cds_wfcq_node qnode;	/* sink linkage */
+	uint64_t finish_seq;		/* F: position among finished records */
 
 	/* Hot: every child of the batch touches these; own line. */
 	_Atomic uint32_t claim __attribute__((aligned(CACHELINE))); /* A */
-	_Atomic uint32_t remaining; /* A: join counter */
+	_Atomic uint32_t remaining;   /* A: join counter */
 	_Atomic uint32_t runner_next; /* A: hands out progress slots */
-	_Atomic uint32_t cancel;    /* A: FANOUT_CANCEL_* | CANCEL_SHUTDOWN */
-	_Atomic uint32_t refs;      /* A */
-	_Atomic uint32_t state;     /* A: enum rec_state */
-	_Atomic uint32_t done_word; /* A: synchronous join, see fq_done_* */
-	_Atomic uint64_t cost_bits; /* A: double, running sum for lookup */
+	_Atomic uint32_t cancel;      /* A: FANOUT_CANCEL_* | CANCEL_SHUTDOWN */
+	_Atomic uint32_t refs;	      /* A */
+	_Atomic uint32_t state;	      /* A: enum rec_state */
+	_Atomic uint32_t done_word;   /* A: synchronous join, see fq_done_* */
+	_Atomic uint64_t cost_bits;   /* A: double, running sum for lookup */
 
 	struct fanout_event ev __attribute__((aligned(CACHELINE))); /* F */
 	struct fanout_result results[]; /* C; then tasks[], then strings */
@@ -125,17 +125,17 @@ struct fanout_sink {
 	/* Producers: enqueue + signal. */
 	struct cds_wfcq_tail tail __attribute__((aligned(CACHELINE)));
 	_Atomic uint32_t pending; /* A: accepted delegations still to publish */
-	struct fq_ec ec;          /* A: consumers waiting in fanout_wait */
-	_Atomic bool fd_used;     /* A: fanout_sink_fd() was called */
-	_Atomic bool armed;       /* A: the eventfd is (about to be) readable */
+	struct fq_ec ec;	  /* A: consumers waiting in fanout_wait */
+	_Atomic bool fd_used;	  /* A: fanout_sink_fd() was called */
+	_Atomic bool armed;	  /* A: the eventfd is (about to be) readable */
 
 	/* Consumer side. */
 	struct cds_wfcq_head head __attribute__((aligned(CACHELINE)));
-	_Atomic bool busy;        /* A: a consumer is inside poll/wait */
+	_Atomic bool busy; /* A: a consumer is inside poll/wait */
 
-	struct fanout_engine *e;  /* I */
-	int efd;                  /* I */
-	bool is_default;          /* I */
+	struct fanout_engine *e;   /* I */
+	int efd;		   /* I */
+	bool is_default;	   /* I */
 	struct cds_lfht_node node; /* in e->sinks */
 	struct rcu_head rcu;
 };
@@ -144,11 +144,11 @@ struct fanout_engine {
 	/* I: configuration after defaults. */
 	struct fanout_config cfg;
 	struct fq *q;
-	struct cds_lfht *table;  /* records by id */
-	struct cds_lfht *sinks;  /* sinks by address */
+	struct cds_lfht *table; /* records by id */
+	struct cds_lfht *sinks; /* sinks by address */
 	struct fanout_sink *default_sink;
 	_Atomic(struct record *) *kept; /* A: cfg.keep_completed slots */
-	unsigned max_tokens;     /* I: min(workers, max_children) */
+	unsigned max_tokens;		/* I: min(workers, max_children) */
 
 	/* Touched only by dispatching threads. */
 	_Atomic uint64_t next_id __attribute__((aligned(CACHELINE)));
@@ -157,7 +157,7 @@ struct fanout_engine {
 
 	/* Touched by dispatchers and finalisers alike: their own line. */
 	_Atomic uint32_t async_running __attribute__((aligned(CACHELINE)));
-	_Atomic uint32_t active;  /* A: unfinished records + calls in flight */
+	_Atomic uint32_t active; /* A: unfinished records + calls in flight */
 
 	/* Touched only by finalisers. */
 	_Atomic uint64_t finish_seq __attribute__((aligned(CACHELINE)));
@@ -165,14 +165,14 @@ struct fanout_engine {
 
 	/* Shutdown. */
 	_Atomic uint32_t shutting __attribute__((aligned(CACHELINE)));
-	struct fq_ec drained;     /* signalled when active reaches 0 */
+	struct fq_ec drained; /* signalled when active reaches 0 */
 	_Atomic uint32_t shut_done;
 
 	/* Colder statistics (relaxed; exact once quiescent). */
 	_Atomic uint64_t st_rejected __attribute__((aligned(CACHELINE)));
 	_Atomic uint64_t st_cancelled;
 	_Atomic uint64_t st_skipped;
-	_Atomic uint64_t st_helper_children; /* run by non-worker threads */
+	_Atomic uint64_t st_helper_children;  /* run by non-worker threads */
 	_Atomic uint64_t *st_worker_children; /* per worker, W */
 };
 
@@ -209,12 +209,18 @@ void fanout__set_current(struct fanout_child *c);
 
 static inline double fanout__bits_to_double(uint64_t b)
 {
-	union { uint64_t u; double d; } v = { .u = b };
+	union {
+		uint64_t u;
+		double d;
+	} v = {.u = b};
 	return v.d;
 }
 static inline uint64_t fanout__double_to_bits(double d)
 {
-	union { uint64_t u; double d; } v = { .d = d };
+	union {
+		uint64_t u;
+		double d;
+	} v = {.d = d};
 	return v.u;
 }
 

@@ -80,7 +80,8 @@ int fanout__sink_new(struct fanout_engine *e, bool is_default,
 		return -ENOMEM;
 	memset(s, 0, sizeof(*s));
 	/* relaxed: a test knob (fanout_testing.h); it orders nothing. */
-	at = atomic_load_explicit(&fanout__fail_eventfd_at, memory_order_relaxed);
+	at = atomic_load_explicit(&fanout__fail_eventfd_at,
+				  memory_order_relaxed);
 	if (at > 0 && atomic_fetch_sub(&fanout__fail_eventfd_at, 1) == 1) {
 		s->efd = -1;
 		errno = EMFILE;
@@ -89,7 +90,8 @@ int fanout__sink_new(struct fanout_engine *e, bool is_default,
 	}
 	if (s->efd < 0) {
 		int err = errno == ENFILE ? -ENFILE :
-			  errno == ENOMEM ? -ENOMEM : -EMFILE;
+			  errno == ENOMEM ? -ENOMEM :
+					    -EMFILE;
 
 		fanout__free(s, sizeof(*s));
 		return err;
@@ -244,7 +246,8 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 		deadline = spin_until + (uint64_t)timeout_ms * 1000000ull;
 	spin_until += fq_spin_ns(s->e->q);
 	if (deadline && spin_until > deadline)
-		spin_until = deadline; /* never spin past the caller's timeout */
+		spin_until =
+			deadline; /* never spin past the caller's timeout */
 	for (i = 0;; i++) {
 		uint32_t v;
 
@@ -255,7 +258,8 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 			/* Spin: the cheap emptiness check, between clock reads. */
 			unsigned k;
 
-			for (k = 0; k < 64 && cds_wfcq_empty(&s->head, &s->tail); k++)
+			for (k = 0;
+			     k < 64 && cds_wfcq_empty(&s->head, &s->tail); k++)
 				fq_spin_relax(k);
 			continue;
 		}

@@ -56,9 +56,9 @@ int fanout__table_init(struct fanout_engine *e)
 	 * lazy auto-resize never has to catch up on the hot path. */
 	while (size < (unsigned long)e->cfg.max_async + k && size < (1ul << 24))
 		size <<= 1;
-	e->table = cds_lfht_new_flavor(size, size, 0,
-				       CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
-				       &urcu_bp_flavor, NULL);
+	e->table = cds_lfht_new_flavor(
+		size, size, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
+		&urcu_bp_flavor, NULL);
 	if (!e->table) {
 		fanout__free(e->kept, sizeof(*e->kept) * k);
 		e->kept = NULL;
@@ -170,9 +170,9 @@ static void snapshot(const struct record *rec, struct fanout_info *info)
 	info->user = rec->ev.user;
 	/* relaxed: a flag for display; nothing is read through it.  Bits
 	 * set after CANCEL_FINAL belong to a cancel that got -EALREADY. */
-	info->cancelled = (atomic_load_explicit(&rec->cancel,
-						memory_order_relaxed) &
-			   ~CANCEL_FINAL) != 0;
+	info->cancelled =
+		(atomic_load_explicit(&rec->cancel, memory_order_relaxed) &
+		 ~CANCEL_FINAL) != 0;
 	/* acquire: pairs with the release store of FINISHED in finalise. */
 	if (atomic_load_explicit(&rec->state, memory_order_acquire) ==
 	    REC_FINISHED) {
@@ -186,8 +186,9 @@ static void snapshot(const struct record *rec, struct fanout_info *info)
 		unsigned i, ndone;
 
 		info->status = FANOUT_RUNNING;
-		ndone = rec->ntasks - atomic_load_explicit(&rec->remaining,
-							   memory_order_relaxed);
+		ndone = rec->ntasks -
+			atomic_load_explicit(&rec->remaining,
+					     memory_order_relaxed);
 		for (i = 0; i < rec->nrunners; i++)
 			ndone += atomic_load_explicit(&rec->progress[i].n,
 						      memory_order_relaxed);
@@ -197,7 +198,8 @@ static void snapshot(const struct record *rec, struct fanout_info *info)
 	}
 }
 
-int fanout_lookup(struct fanout_engine *e, fanout_id id, struct fanout_info *info)
+int fanout_lookup(struct fanout_engine *e, fanout_id id,
+		  struct fanout_info *info)
 {
 	struct record *rec;
 	int err = -ENOENT;

@@ -18,7 +18,8 @@ _Atomic long fanout__fail_alloc_at;
 static int injected_failure(void)
 {
 	/* relaxed: a test knob; it orders nothing. */
-	return atomic_load_explicit(&fanout__fail_alloc_at, memory_order_relaxed) > 0 &&
+	return atomic_load_explicit(&fanout__fail_alloc_at,
+				    memory_order_relaxed) > 0 &&
 	       atomic_fetch_sub_explicit(&fanout__fail_alloc_at, 1,
 					 memory_order_relaxed) == 1;
 }

@@ -85,24 +85,24 @@
 #include "alloc.h"
 
 struct fq_worker {
-	struct fq *q;          /* I */
-	pthread_t thread;      /* I */
-	unsigned index;        /* I */
-	int cpu;               /* I: pinned CPU or -1 */
-	bool started;          /* I: pthread_create succeeded */
-	_Atomic uint64_t items;   /* W: read by stats with relaxed loads */
-	_Atomic uint64_t parks;   /* W */
+	struct fq *q;		  /* I */
+	pthread_t thread;	  /* I */
+	unsigned index;		  /* I */
+	int cpu;		  /* I: pinned CPU or -1 */
+	bool started;		  /* I: pthread_create succeeded */
+	_Atomic uint64_t items;	  /* W: read by stats with relaxed loads */
+	_Atomic uint64_t parks;	  /* W */
 	_Atomic uint64_t wakeups; /* W */
 } __attribute__((aligned(FQ_CACHELINE)));
 
 struct fq {
 	/* Read-mostly, shared by everyone. */
-	struct ck_ring ring;            /* ck_ring keeps its own counters apart */
-	struct ck_ring_buffer *buf;     /* I */
-	unsigned nworkers;              /* I */
-	unsigned capacity;              /* I: usable entries, slots - 1 */
-	uint64_t spin_ns;               /* I */
-	struct fq_worker *workers;      /* I */
+	struct ck_ring ring;	    /* ck_ring keeps its own counters apart */
+	struct ck_ring_buffer *buf; /* I */
+	unsigned nworkers;	    /* I */
+	unsigned capacity;	    /* I: usable entries, slots - 1 */
+	uint64_t spin_ns;	    /* I */
+	struct fq_worker *workers;  /* I */
 
 	/* Producer-side hot counter: on its own line so reserve/unreserve
 	 * traffic does not bounce the ring's read-mostly fields. */
@@ -271,7 +271,8 @@ static void kick(struct fq *q, unsigned n)
 	spinners = atomic_load_explicit(&q->spinning, memory_order_seq_cst);
 	if (n > spinners &&
 	    atomic_load_explicit(&q->idle.waiters, memory_order_seq_cst))
-		futex(&q->idle.seq, FUTEX_WAKE_PRIVATE, (int)(n - spinners), NULL);
+		futex(&q->idle.seq, FUTEX_WAKE_PRIVATE, (int)(n - spinners),
+		      NULL);
 }
 
 void fq_submit(struct fq *q, struct fq_work *w, unsigned n)
@@ -308,7 +309,8 @@ static bool take(struct fq *q, struct fq_work **w)
 static void bump(_Atomic uint64_t *c)
 {
 	/* W: only the owner writes; relaxed so stats can read it. */
-	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+	atomic_store_explicit(c,
+			      atomic_load_explicit(c, memory_order_relaxed) + 1,
 			      memory_order_relaxed);
 }
 
@@ -358,7 +360,8 @@ static void *worker_main(void *arg)
 		/* Spin: the ring is checked with a plain size read, cheap and
 		 * local while nothing changes.  seq_cst: we are counted as a
 		 * spinner from here until after the re-check below (arg. 3). */
-		atomic_fetch_add_explicit(&q->spinning, 1, memory_order_seq_cst);
+		atomic_fetch_add_explicit(&q->spinning, 1,
+					  memory_order_seq_cst);
 		for (i = 0;; i++) {
 			if (ck_ring_size(&q->ring) != 0 ||
 			    atomic_load_explicit(&q->stopping,
@@ -424,7 +427,8 @@ static unsigned allowed_cpus(int *cpus, unsigned max)
  * wk->cpu is final before the thread exists. */
 static int start_thread(struct fq_worker *wk)
 {
-	long at = atomic_load_explicit(&fq__fail_thread_at, memory_order_relaxed);
+	long at =
+		atomic_load_explicit(&fq__fail_thread_at, memory_order_relaxed);
 	pthread_attr_t attr;
 	cpu_set_t set;
 	int err;

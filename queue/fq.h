@@ -57,7 +57,7 @@ struct fq_work {
  * waiter announced itself.  No lost wakeup: see the argument in fq.c.
  */
 struct fq_ec {
-	_Atomic uint32_t seq;     /* A: bumped by every signal; the futex word */
+	_Atomic uint32_t seq; /* A: bumped by every signal; the futex word */
 	_Atomic uint32_t waiters; /* A: threads between prepare and done */
 };
 
@@ -83,8 +83,8 @@ void fq_done_wait(_Atomic uint32_t *word, uint64_t spin_ns);
 
 struct fq_params {
 	unsigned workers; /* >= 1 */
-	bool pin;         /* pin worker i to the i-th CPU we may run on */
-	unsigned slots;   /* ring size, power of two >= 4 */
+	bool pin;	  /* pin worker i to the i-th CPU we may run on */
+	unsigned slots;	  /* ring size, power of two >= 4 */
 	uint64_t spin_ns; /* idle spin before parking */
 };
 
@@ -129,7 +129,8 @@ unsigned fq_capacity(const struct fq *q);
 uint64_t fq_spin_ns(const struct fq *q);
 /* Index of the calling worker thread of @q, or -1 if it is not one. */
 int fq_self(const struct fq *q);
-void fq_worker_stats(const struct fq *q, unsigned i, struct fq_worker_stats *st);
+void fq_worker_stats(const struct fq *q, unsigned i,
+		     struct fq_worker_stats *st);
 /* Injection point for fault tests: the k-th pthread_create fails. */
 extern _Atomic long fq__fail_thread_at;
 
