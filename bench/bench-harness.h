@@ -14,7 +14,7 @@ struct peer_inst {
 	void **batches;
 	unsigned nbatches;
 	unsigned maxn;
-	pid_t *tids;   /* threads that appeared when it started and warmed up */
+	pid_t *tids; /* threads that appeared when it started and warmed up */
 	size_t ntids;
 	/* hx_throughput with one batch in flight: the median time of one
 	 * batch (submit to join), robust to preemption; NaN otherwise */

@@ -44,7 +44,8 @@ extern "C" {
 uint64_t bench_now_ns(void);
 void bench_sleep_ns(uint64_t ns);
 /* Print "fanout-bench: error: ..." and exit(2).  For broken invariants. */
-void bench_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+void bench_die(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2), noreturn));
 void bench_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 unsigned bench_ncpus(void);
 int bench_pin_self(int cpu);
@@ -145,7 +146,8 @@ uint64_t bench_thread_cpu_ns(pid_t tid);
 #ifndef __cplusplus
 /* Futex helpers on a 32-bit word. */
 struct timespec;
-int bench_futex_wait(_Atomic uint32_t *w, uint32_t val, const struct timespec *ts);
+int bench_futex_wait(_Atomic uint32_t *w, uint32_t val,
+		     const struct timespec *ts);
 int bench_futex_wake(_Atomic uint32_t *w, int n);
 #endif
 
@@ -226,10 +228,10 @@ const struct bench_fig *bench_fig_at(size_t i);
 struct bench_opts {
 	unsigned rounds;
 	unsigned nthreads;
-	double scale;        /* multiplies every duration */
+	double scale; /* multiplies every duration */
 	bool json;
-	bool quick;          /* PHASE 1 only: orchestrator + fanout sweeps */
-	bool longer;         /* make bench: bigger sweeps */
+	bool quick;  /* PHASE 1 only: orchestrator + fanout sweeps */
+	bool longer; /* make bench: bigger sweeps */
 	bool no_python;
 	bool no_plots;
 	bool verbose;
@@ -241,7 +243,7 @@ struct bench_opts {
 	const char *outdir;  /* bench/out */
 	const char *results; /* bench/RESULTS.md */
 	const char *python;  /* path of peer_python.py */
-	FILE *out;           /* where the human table goes */
+	FILE *out;	     /* where the human table goes */
 };
 extern struct bench_opts bench_opt;
 bool bench_want(const char *scenario);

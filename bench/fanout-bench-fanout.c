@@ -33,22 +33,27 @@ void bench_fo_check_event(const struct fanout_event *ev, unsigned n, bool full)
 			  (unsigned long long)ev->id, ev->nresults, n);
 	if (ev->status != FANOUT_COMPLETED || ev->ncompleted != n ||
 	    ev->nerror || ev->ninterrupted || ev->cancelled)
-		bench_die("event " FANOUT_ID_FMT ": status %s, %u completed, %u "
-			  "error, %u interrupted of %u (expected all completed)",
-			  (unsigned long long)ev->id, fanout_status_name(ev->status),
-			  ev->ncompleted, ev->nerror, ev->ninterrupted, n);
+		bench_die(
+			"event " FANOUT_ID_FMT ": status %s, %u completed, %u "
+			"error, %u interrupted of %u (expected all completed)",
+			(unsigned long long)ev->id,
+			fanout_status_name(ev->status), ev->ncompleted,
+			ev->nerror, ev->ninterrupted, n);
 	if (!ev->results)
 		bench_die("event " FANOUT_ID_FMT ": NULL results",
 			  (unsigned long long)ev->id);
 	if (ev->completed_ns < ev->dispatched_ns)
-		bench_die("event " FANOUT_ID_FMT ": completed_ns before dispatched_ns",
+		bench_die("event " FANOUT_ID_FMT
+			  ": completed_ns before dispatched_ns",
 			  (unsigned long long)ev->id);
 	/* Cheap spot check always; every slot when asked. */
 	unsigned step = full ? 1 : (n > 1 ? n - 1 : 1);
 	for (unsigned i = 0; i < n; i += step) {
 		const struct fanout_result *r = &ev->results[i];
-		if (r->index != i || r->status != FANOUT_COMPLETED || r->code != 0)
-			bench_die("event " FANOUT_ID_FMT ": results[%u] index %u "
+		if (r->index != i || r->status != FANOUT_COMPLETED ||
+		    r->code != 0)
+			bench_die("event " FANOUT_ID_FMT
+				  ": results[%u] index %u "
 				  "status %s code %d",
 				  (unsigned long long)ev->id, i, r->index,
 				  fanout_status_name(r->status), r->code);
@@ -145,17 +150,20 @@ static void fo_consume_one(struct fo_ctx *c)
 	int rc = fanout_wait(c->sink, &ev, 10000);
 	if (rc == -ETIMEDOUT)
 		bench_die("fanout: no event within 10 s with %u delegations in "
-			  "flight (an event never arrived)", c->inflight);
+			  "flight (an event never arrived)",
+			  c->inflight);
 	if (rc)
 		bench_die("fanout_wait: %s", fanout_strerror(rc));
 	struct fo_batch *b = ev->user;
 	if (!b || !b->inflight || b->done)
-		bench_die("fanout: event " FANOUT_ID_FMT " for a delegation that "
+		bench_die("fanout: event " FANOUT_ID_FMT
+			  " for a delegation that "
 			  "is not in flight (duplicate or foreign event)",
 			  (unsigned long long)ev->id);
 	if (ev->id != b->id)
-		bench_die("fanout: event id " FANOUT_ID_FMT " != dispatched "
-			  FANOUT_ID_FMT, (unsigned long long)ev->id,
+		bench_die("fanout: event id " FANOUT_ID_FMT
+			  " != dispatched " FANOUT_ID_FMT,
+			  (unsigned long long)ev->id,
 			  (unsigned long long)b->id);
 	bench_fo_check_event(ev, b->n, false);
 	b->done = true;
@@ -169,7 +177,7 @@ static void fo_submit(void *ctx, void *bp, unsigned n, const struct bwork *w)
 	struct fo_ctx *c = ctx;
 	struct fo_batch *b = bp;
 	fo_prepare(b, n, w);
-	struct fanout_batch batch = { .tasks = b->tasks, .ntasks = n, .user = b };
+	struct fanout_batch batch = {.tasks = b->tasks, .ntasks = n, .user = b};
 	b->done = false;
 	b->inflight = true;
 	for (;;) {
@@ -181,7 +189,8 @@ static void fo_submit(void *ctx, void *bp, unsigned n, const struct bwork *w)
 		/* Capacity: count it, take an event, try again. */
 		c->rejected++;
 		if (c->inflight == 0)
-			bench_die("fanout_dispatch: -EBUSY with nothing in flight");
+			bench_die("fanout_dispatch: -EBUSY with nothing in "
+				  "flight");
 		fo_consume_one(c);
 	}
 	c->inflight++;
@@ -206,7 +215,7 @@ static void fo_run(void *ctx, void *bp, unsigned n, const struct bwork *w)
 	struct fo_batch *b = bp;
 	struct fanout_event *ev = NULL;
 	fo_prepare(b, n, w);
-	struct fanout_batch batch = { .tasks = b->tasks, .ntasks = n, .user = b };
+	struct fanout_batch batch = {.tasks = b->tasks, .ntasks = n, .user = b};
 	int rc = fanout_run(c->e, &batch, &ev);
 	if (rc)
 		bench_die("fanout_run: %s", fanout_strerror(rc));

@@ -106,7 +106,8 @@ static void tp_body(void *arg)
 			o->join(p->ctx, p->batches[head]);
 			done += n;
 			live--;
-			if (!stop && ++tick % every == 0 && bench_now_ns() >= deadline)
+			if (!stop && ++tick % every == 0 &&
+			    bench_now_ns() >= deadline)
 				stop = true;
 			if (!stop) {
 				o->submit(p->ctx, p->batches[head], n, j->w);
@@ -118,8 +119,10 @@ static void tp_body(void *arg)
 	uint64_t t1 = bench_now_ns();
 	uint64_t ran = bench_children_total() - c0;
 	if (ran != done)
-		bench_die("%s: %llu children joined but %llu ran (batch %u, %u in "
-			  "flight)", o->name, (unsigned long long)done,
+		bench_die("%s: %llu children joined but %llu ran (batch %u, %u "
+			  "in "
+			  "flight)",
+			  o->name, (unsigned long long)done,
 			  (unsigned long long)ran, n, k);
 	j->result = (double)done * 1e9 / (double)(t1 - t0);
 }
@@ -128,13 +131,14 @@ double hx_throughput(struct peer_inst *p, unsigned n, unsigned inflight,
 		     const struct bwork *w, uint64_t dur_ns)
 {
 	if (inflight > p->nbatches || n > p->maxn)
-		bench_die("hx_throughput: %u in flight / batch %u too big", inflight, n);
+		bench_die("hx_throughput: %u in flight / batch %u too big",
+			  inflight, n);
 	if (inflight > 1 && !p->ops->submit)
 		return NAN;
 	if (!p->ops->submit && !p->ops->run)
 		return NAN;
-	struct hx_job j = { .p = p, .n = n, .inflight = inflight, .w = w,
-			    .dur_ns = dur_ns };
+	struct hx_job j = {
+		.p = p, .n = n, .inflight = inflight, .w = w, .dur_ns = dur_ns};
 	enter(p, tp_body, &j);
 	return j.result;
 }
@@ -178,7 +182,7 @@ double hx_submit_cost(struct peer_inst *p, unsigned n, uint64_t dur_ns)
 {
 	if (!p->ops->submit)
 		return NAN;
-	struct hx_job j = { .p = p, .n = n, .dur_ns = dur_ns };
+	struct hx_job j = {.p = p, .n = n, .dur_ns = dur_ns};
 	enter(p, sc_body, &j);
 	return j.result;
 }
@@ -211,7 +215,8 @@ static void lat_body(void *arg)
 void hx_latency(struct peer_inst *p, unsigned nsamples, uint64_t gap_ns,
 		struct bench_hist *h)
 {
-	struct hx_job j = { .p = p, .nsamples = nsamples, .gap_ns = gap_ns, .h = h };
+	struct hx_job j = {
+		.p = p, .nsamples = nsamples, .gap_ns = gap_ns, .h = h};
 	enter(p, lat_body, &j);
 }
 
@@ -275,8 +280,10 @@ void hx_start_all(bool fanout_only)
 		size_t nb = bench_list_tids(before, MAX_TIDS);
 		int rc = p->ops->create(bench_opt.nthreads, &p->ctx);
 		if (rc) {
-			fprintf(stderr, "fanout-bench: peer %s unavailable (%d), "
-				"left out\n", p->ops->name, rc);
+			fprintf(stderr,
+				"fanout-bench: peer %s unavailable (%d), "
+				"left out\n",
+				p->ops->name, rc);
 			continue;
 		}
 		p->maxn = HX_MAX_BATCH;

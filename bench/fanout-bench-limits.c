@@ -74,8 +74,10 @@ static void *pp_a(void *arg)
 	start_gate(p);
 	uint64_t tb = bench_now_ns();
 	for (uint64_t i = 1; i <= p->iters; i++) {
-		atomic_store_explicit(&p->flag, 2 * i - 1, memory_order_release);
-		while (atomic_load_explicit(&p->flag, memory_order_acquire) != 2 * i)
+		atomic_store_explicit(&p->flag, 2 * i - 1,
+				      memory_order_release);
+		while (atomic_load_explicit(&p->flag, memory_order_acquire) !=
+		       2 * i)
 			;
 		if (i % PP_BLOCK == 0) {
 			uint64_t t = bench_now_ns();
@@ -92,7 +94,8 @@ static void *pp_b(void *arg)
 	bench_pin_self(cpu_of(1));
 	start_gate(p);
 	for (uint64_t i = 1; i <= p->iters; i++) {
-		while (atomic_load_explicit(&p->flag, memory_order_acquire) != 2 * i - 1)
+		while (atomic_load_explicit(&p->flag, memory_order_acquire) !=
+		       2 * i - 1)
 			;
 		atomic_store_explicit(&p->flag, 2 * i, memory_order_release);
 	}
@@ -128,8 +131,8 @@ static void *ring_cons(void *arg)
 			tb = t;
 		}
 		if ((uintptr_t)v != i)
-			bench_die("ck_ring delivered %zu, expected %zu", (size_t)(uintptr_t)v,
-				  (size_t)i);
+			bench_die("ck_ring delivered %zu, expected %zu",
+				  (size_t)(uintptr_t)v, (size_t)i);
 	}
 	return NULL;
 }
@@ -186,9 +189,8 @@ static void *fx_b(void *arg)
 	return NULL;
 }
 
-static double run_pair_h(void *(*a)(void *), void *(*b)(void *),
-			 uint64_t iters, bool ring, uint64_t gap_ns,
-			 struct bench_hist *h)
+static double run_pair_h(void *(*a)(void *), void *(*b)(void *), uint64_t iters,
+			 bool ring, uint64_t gap_ns, struct bench_hist *h)
 {
 	struct pair *p = aligned_alloc(BENCH_CACHELINE,
 				       (sizeof(*p) + BENCH_CACHELINE - 1) &
@@ -255,7 +257,8 @@ void bench_limits(void)
 	run_pair(fx_a, fx_b, nfx / 10, false, 1);
 	for (unsigned r = 0; r < R && lim_n < LIM_MAX_ROUNDS; r++, lim_n++) {
 		lim_pp[lim_n] = run_pair(pp_a, pp_b, npp, false, PP_BLOCK);
-		lim_rg[lim_n] = run_pair(ring_prod, ring_cons, nrg, true, RING_BLOCK);
+		lim_rg[lim_n] =
+			run_pair(ring_prod, ring_cons, nrg, true, RING_BLOCK);
 		lim_fx[lim_n] = run_pair(fx_a, fx_b, nfx, false, 1);
 		run_pair_h(fxi_a, fx_b, nfi, false, 2000000, lim_hi);
 	}
@@ -272,28 +275,36 @@ void bench_limits_report(void)
 		return;
 	bench_fig_add("limits", "cache-line ping-pong RTT", "limit",
 		      bench_limit_pingpong, "ns", BENCH_LOWER);
-	bench_fig_add("limits", "ck_ring SPSC per item", "limit", bench_limit_ring,
+	bench_fig_add("limits", "ck_ring SPSC per item", "limit",
+		      bench_limit_ring, "ns", BENCH_LOWER);
+	bench_fig_add("limits", "futex wake RTT", "limit", bench_limit_futex,
 		      "ns", BENCH_LOWER);
-	bench_fig_add("limits", "futex wake RTT", "limit", bench_limit_futex, "ns",
-		      BENCH_LOWER);
 	bench_fig_add("limits", "futex wake RTT after 2 ms idle p50", "limit",
 		      bench_limit_futex_idle, "ns", BENCH_LOWER);
 	FILE *f = bench_opt.out;
-	fprintf(f, "\n== physical limits (threads pinned to CPU %d and %d; per round "
-		"the median block, then the median\n   of %u rounds taken at the "
+	fprintf(f,
+		"\n== physical limits (threads pinned to CPU %d and %d; per "
+		"round "
+		"the median block, then the median\n   of %u rounds taken at "
+		"the "
 		"start and the end of the run; min/max over rounds) ==\n",
 		cpu_of(0), cpu_of(1), n);
-	fprintf(f, "  cache-line ping-pong round trip  %9.1f ns   (min %.1f, max "
-		"%.1f)\n", bench_limit_pingpong, bench_min(lim_pp, n),
+	fprintf(f,
+		"  cache-line ping-pong round trip  %9.1f ns   (min %.1f, max "
+		"%.1f)\n",
+		bench_limit_pingpong, bench_min(lim_pp, n),
 		bench_max(lim_pp, n));
-	fprintf(f, "  raw ck_ring SPSC handoff         %9.1f ns/item (min %.1f, "
-		"max %.1f)\n", bench_limit_ring, bench_min(lim_rg, n),
-		bench_max(lim_rg, n));
-	fprintf(f, "  futex wake round trip            %9.1f ns   (min %.1f, max "
-		"%.1f)\n", bench_limit_futex, bench_min(lim_fx, n),
-		bench_max(lim_fx, n));
-	fprintf(f, "  futex round trip, 2 ms idle      %9.1f ns   p50 (p99 %.1f, "
-		"%llu samples)\n", bench_limit_futex_idle,
-		bench_hist_quantile(lim_hi, 0.99),
+	fprintf(f,
+		"  raw ck_ring SPSC handoff         %9.1f ns/item (min %.1f, "
+		"max %.1f)\n",
+		bench_limit_ring, bench_min(lim_rg, n), bench_max(lim_rg, n));
+	fprintf(f,
+		"  futex wake round trip            %9.1f ns   (min %.1f, max "
+		"%.1f)\n",
+		bench_limit_futex, bench_min(lim_fx, n), bench_max(lim_fx, n));
+	fprintf(f,
+		"  futex round trip, 2 ms idle      %9.1f ns   p50 (p99 %.1f, "
+		"%llu samples)\n",
+		bench_limit_futex_idle, bench_hist_quantile(lim_hi, 0.99),
 		(unsigned long long)lim_hi->count);
 }

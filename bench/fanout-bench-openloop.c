@@ -49,9 +49,10 @@ struct ol {
 
 static void wait_until(uint64_t t)
 {
-	struct timespec ts = { .tv_sec = (time_t)(t / 1000000000ull),
-			       .tv_nsec = (long)(t % 1000000000ull) };
-	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+	struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ull),
+			      .tv_nsec = (long)(t % 1000000000ull)};
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
+	       EINTR)
 		;
 }
 
@@ -63,7 +64,8 @@ static void *fo_consumer(void *arg)
 		int rc = fanout_wait(o->sink, &ev, 10000);
 		uint64_t now = bench_now_ns();
 		if (rc)
-			bench_die("open loop: fanout_wait: %s (event never arrived)",
+			bench_die("open loop: fanout_wait: %s (event never "
+				  "arrived)",
 				  fanout_strerror(rc));
 		unsigned idx = (unsigned)(uintptr_t)ev->user;
 		if (idx >= o->nslots || !atomic_load(&o->slots[idx].busy))
@@ -71,7 +73,8 @@ static void *fo_consumer(void *arg)
 		bench_fo_check_event(ev, 1, false);
 		bench_hist_add(o->h, now - o->slots[idx].t_int);
 		fanout_event_free(ev);
-		atomic_store_explicit(&o->slots[idx].busy, 0, memory_order_release);
+		atomic_store_explicit(&o->slots[idx].busy, 0,
+				      memory_order_release);
 	}
 	return NULL;
 }
@@ -81,7 +84,7 @@ static void ol_fanout(uint64_t period, uint64_t n, struct bench_hist *h,
 {
 	static struct bwork noop;
 	struct fanout_engine *e = bench_fo_engine(bench_opt.nthreads, NULL);
-	struct ol o = { .n = n, .h = h, .nslots = OL_SLOTS };
+	struct ol o = {.n = n, .h = h, .nslots = OL_SLOTS};
 	o.slots = calloc(o.nslots, sizeof(*o.slots));
 	if (!o.slots)
 		bench_die("out of memory");
@@ -89,19 +92,22 @@ static void ol_fanout(uint64_t period, uint64_t n, struct bench_hist *h,
 	pthread_t th;
 	if (pthread_create(&th, NULL, fo_consumer, &o))
 		bench_die("pthread_create failed");
-	struct fanout_task t = { .fn = bench_fo_child, .arg = &noop };
+	struct fanout_task t = {.fn = bench_fo_child, .arg = &noop};
 	uint64_t c0 = bench_children_total();
 	uint64_t t0 = bench_now_ns() + 1000000;
 	for (uint64_t i = 0; i < n; i++) {
 		uint64_t ti = t0 + i * period;
 		wait_until(ti);
 		unsigned idx = (unsigned)(i % o.nslots);
-		while (atomic_load_explicit(&o.slots[idx].busy, memory_order_acquire))
+		while (atomic_load_explicit(&o.slots[idx].busy,
+					    memory_order_acquire))
 			sched_yield();
 		o.slots[idx].t_int = ti;
-		atomic_store_explicit(&o.slots[idx].busy, 1, memory_order_release);
-		struct fanout_batch b = { .tasks = &t, .ntasks = 1,
-					  .user = (void *)(uintptr_t)idx };
+		atomic_store_explicit(&o.slots[idx].busy, 1,
+				      memory_order_release);
+		struct fanout_batch b = {.tasks = &t,
+					 .ntasks = 1,
+					 .user = (void *)(uintptr_t)idx};
 		for (;;) {
 			int rc = fanout_dispatch(e, &b, NULL);
 			if (rc == 0)
@@ -141,7 +147,8 @@ static void *peer_joiner(void *arg)
 		p->ops->join(p->ctx, p->batches[idx]);
 		uint64_t now = bench_now_ns();
 		bench_hist_add(o->h, now - o->slots[idx].t_int);
-		atomic_store_explicit(&o->slots[idx].busy, 0, memory_order_release);
+		atomic_store_explicit(&o->slots[idx].busy, 0,
+				      memory_order_release);
 	}
 	return NULL;
 }
@@ -150,7 +157,7 @@ static void ol_peer(struct peer_inst *p, uint64_t period, uint64_t n,
 		    struct bench_hist *h)
 {
 	static struct bwork noop;
-	struct ol o = { .n = n, .h = h, .nslots = p->nbatches, .p = p };
+	struct ol o = {.n = n, .h = h, .nslots = p->nbatches, .p = p};
 	o.slots = calloc(o.nslots, sizeof(*o.slots));
 	if (!o.slots)
 		bench_die("out of memory");
@@ -163,10 +170,12 @@ static void ol_peer(struct peer_inst *p, uint64_t period, uint64_t n,
 		uint64_t ti = t0 + i * period;
 		wait_until(ti);
 		unsigned idx = (unsigned)(i % o.nslots);
-		while (atomic_load_explicit(&o.slots[idx].busy, memory_order_acquire))
+		while (atomic_load_explicit(&o.slots[idx].busy,
+					    memory_order_acquire))
 			sched_yield();
 		o.slots[idx].t_int = ti;
-		atomic_store_explicit(&o.slots[idx].busy, 1, memory_order_release);
+		atomic_store_explicit(&o.slots[idx].busy, 1,
+				      memory_order_release);
 		p->ops->submit(p->ctx, p->batches[idx], 1, &noop);
 		atomic_fetch_add(&o.posted, 1);
 		atomic_fetch_add(&o.post_seq, 1);
@@ -186,19 +195,20 @@ void bench_open_loop(void)
 		uint64_t rate;
 		double secs;
 	} rates[] = {
-		{ "20k/s", 20000, 0.5 },
-		{ "1k/s", 1000, 1.5 },
+		{"20k/s", 20000, 0.5},
+		{"1k/s", 1000, 1.5},
 	};
 	FILE *f = bench_opt.out;
 	/* Fine-grained sleeps for the sender. */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	fprintf(f, "\n== open-loop single-child latency, fixed arrival rate, "
-		"measured from the intended send time (us) ==\n");
+		   "measured from the intended send time (us) ==\n");
 	fprintf(f, "  %-7s %-11s %9s %9s %9s %9s %9s %8s\n", "rate", "peer",
 		"p50", "p90", "p99", "p999", "max", "samples");
 	for (size_t r = 0; r < BENCH_ARRAY_SIZE(rates); r++) {
 		uint64_t period = 1000000000ull / rates[r].rate;
-		uint64_t n = (uint64_t)(rates[r].rate * rates[r].secs * bench_opt.scale);
+		uint64_t n = (uint64_t)(rates[r].rate * rates[r].secs *
+					bench_opt.scale);
 		if (n < 100)
 			n = 100;
 		/* fanout first, then every peer that can be driven open-loop */
@@ -214,19 +224,25 @@ void bench_open_loop(void)
 			else
 				ol_fanout(period, n, h, &rej);
 			char scen[40];
-			snprintf(scen, sizeof(scen), "open loop %s", rates[r].name);
-			static const double qs[] = { 0.5, 0.9, 0.99, 0.999, 1.0 };
-			static const char *qn[] = { "p50", "p90", "p99", "p999", "max" };
+			snprintf(scen, sizeof(scen), "open loop %s",
+				 rates[r].name);
+			static const double qs[] = {0.5, 0.9, 0.99, 0.999, 1.0};
+			static const char *qn[] = {"p50", "p90", "p99", "p999",
+						   "max"};
 			for (int k = 0; k < 5; k++)
 				bench_fig_add(scen, qn[k], name,
-					      bench_hist_quantile(h, qs[k]), "ns",
-					      BENCH_LOWER);
-			fprintf(f, "  %-7s %-11s %9.2f %9.2f %9.2f %9.2f %9.2f %8llu%s\n",
-				rates[r].name, name, bench_hist_quantile(h, 0.5) / 1e3,
+					      bench_hist_quantile(h, qs[k]),
+					      "ns", BENCH_LOWER);
+			fprintf(f,
+				"  %-7s %-11s %9.2f %9.2f %9.2f %9.2f %9.2f "
+				"%8llu%s\n",
+				rates[r].name, name,
+				bench_hist_quantile(h, 0.5) / 1e3,
 				bench_hist_quantile(h, 0.9) / 1e3,
 				bench_hist_quantile(h, 0.99) / 1e3,
 				bench_hist_quantile(h, 0.999) / 1e3,
-				(double)h->max / 1e3, (unsigned long long)h->count,
+				(double)h->max / 1e3,
+				(unsigned long long)h->count,
 				rej ? " (-EBUSY retried)" : "");
 			bench_hist_free(h);
 		}

@@ -45,15 +45,16 @@ static char orch_sessions[ORCH_SESSIONS][24];
 static const char orch_context[] = "fanout-bench orchestrator load";
 
 struct oslot {
-	_Atomic uint32_t busy;  /* dispatcher sets; whoever finishes last clears */
+	_Atomic uint32_t
+		busy; /* dispatcher sets; whoever finishes last clears */
 	_Atomic uint32_t phase; /* dispatch-returned and event-seen, 0..2 */
 	uint32_t gen;
 	unsigned ntasks;
 	unsigned session;
 	unsigned round;
 	uint64_t t_call;
-	fanout_id d_id;  /* written by the dispatcher */
-	fanout_id e_id;  /* written by the consumer */
+	fanout_id d_id; /* written by the dispatcher */
+	fanout_id e_id; /* written by the consumer */
 	bool ev_seen;
 };
 
@@ -84,8 +85,10 @@ static void slot_finish(struct oslot *s)
 	if (atomic_fetch_add_explicit(&s->phase, 1, memory_order_acq_rel) != 1)
 		return;
 	if (s->d_id != s->e_id)
-		bench_die("orchestrator: event id " FANOUT_ID_FMT " but dispatch "
-			  "returned " FANOUT_ID_FMT, (unsigned long long)s->e_id,
+		bench_die("orchestrator: event id " FANOUT_ID_FMT
+			  " but dispatch "
+			  "returned " FANOUT_ID_FMT,
+			  (unsigned long long)s->e_id,
 			  (unsigned long long)s->d_id);
 	/* release: everything above is done before the dispatcher reuses it. */
 	atomic_store_explicit(&s->busy, 0, memory_order_release);
@@ -98,14 +101,18 @@ static void check_orch_event(struct orch *o, const struct fanout_event *ev,
 	for (unsigned i = 0; i < ev->nresults; i++) {
 		const struct fanout_result *r = &ev->results[i];
 		if (!r->goal || strcmp(r->goal, orch_goals[i]))
-			bench_die("orchestrator: results[%u].goal \"%s\", expected "
-				  "\"%s\"", i, r->goal ? r->goal : "(null)",
+			bench_die("orchestrator: results[%u].goal \"%s\", "
+				  "expected "
+				  "\"%s\"",
+				  i, r->goal ? r->goal : "(null)",
 				  orch_goals[i]);
 		if (r->error)
-			bench_die("orchestrator: completed child %u has error \"%s\"",
+			bench_die("orchestrator: completed child %u has error "
+				  "\"%s\"",
 				  i, r->error);
 	}
-	if (!ev->session_key || strcmp(ev->session_key, orch_sessions[s->session]))
+	if (!ev->session_key ||
+	    strcmp(ev->session_key, orch_sessions[s->session]))
 		bench_die("orchestrator: event routed with session \"%s\", "
 			  "expected \"%s\"",
 			  ev->session_key ? ev->session_key : "(null)",
@@ -120,7 +127,8 @@ static void *consumer_main(void *arg)
 	struct orch *o = arg;
 	uint64_t last_progress = bench_now_ns();
 	for (;;) {
-		uint64_t got = atomic_load_explicit(&o->received, memory_order_relaxed);
+		uint64_t got = atomic_load_explicit(&o->received,
+						    memory_order_relaxed);
 		if (got == atomic_load_explicit(&o->final_dispatched,
 						memory_order_acquire))
 			break;
@@ -129,9 +137,10 @@ static void *consumer_main(void *arg)
 		uint64_t now = fanout_now_ns();
 		if (rc == -ETIMEDOUT) {
 			if (now - last_progress > 10000000000ull)
-				bench_die("orchestrator: no event for 10 s, %llu "
-					  "received (events never arrived)",
-					  (unsigned long long)got);
+				bench_die(
+					"orchestrator: no event for 10 s, %llu "
+					"received (events never arrived)",
+					(unsigned long long)got);
 			continue;
 		}
 		if (rc)
@@ -142,28 +151,34 @@ static void *consumer_main(void *arg)
 		unsigned idx = (unsigned)(u & 0xffff);
 		uint32_t gen = (uint32_t)(u >> 16);
 		if (idx >= o->nslots)
-			bench_die("orchestrator: event with a foreign user pointer");
+			bench_die("orchestrator: event with a foreign user "
+				  "pointer");
 		struct oslot *s = &o->slots[idx];
 		if (!atomic_load_explicit(&s->busy, memory_order_acquire) ||
 		    s->gen != gen || s->ev_seen)
-			bench_die("orchestrator: event " FANOUT_ID_FMT " arrived for "
-				  "a delegation not in flight (duplicate event)",
-				  (unsigned long long)ev->id);
+			bench_die(
+				"orchestrator: event " FANOUT_ID_FMT
+				" arrived for "
+				"a delegation not in flight (duplicate event)",
+				(unsigned long long)ev->id);
 		s->ev_seen = true;
 		check_orch_event(o, ev, s);
 		unsigned r = s->round;
 		bench_hist_add(o->lat_e2e[r], now - s->t_call);
-		bench_hist_add(o->lat_lib[r], ev->completed_ns - ev->dispatched_ns);
+		bench_hist_add(o->lat_lib[r],
+			       ev->completed_ns - ev->dispatched_ns);
 		o->children[r] += ev->nresults;
 		o->events[r]++;
 		s->e_id = ev->id;
 		fanout_event_free(ev);
 		slot_finish(s);
 
-		atomic_fetch_add_explicit(&o->received, 1, memory_order_release);
+		atomic_fetch_add_explicit(&o->received, 1,
+					  memory_order_release);
 		/* seq_cst pairs with the dispatcher's store to waiting and its
 		 * re-check: either it sees the new seq or we see waiting. */
-		atomic_fetch_add_explicit(&o->recv_seq, 1, memory_order_seq_cst);
+		atomic_fetch_add_explicit(&o->recv_seq, 1,
+					  memory_order_seq_cst);
 		if (atomic_load_explicit(&o->waiting, memory_order_seq_cst))
 			bench_futex_wake(&o->recv_seq, 1);
 	}
@@ -174,15 +189,19 @@ static void *consumer_main(void *arg)
 static void wait_received_above(struct orch *o, uint64_t than)
 {
 	for (;;) {
-		uint32_t seq = atomic_load_explicit(&o->recv_seq, memory_order_seq_cst);
-		if (atomic_load_explicit(&o->received, memory_order_acquire) > than)
+		uint32_t seq = atomic_load_explicit(&o->recv_seq,
+						    memory_order_seq_cst);
+		if (atomic_load_explicit(&o->received, memory_order_acquire) >
+		    than)
 			return;
 		atomic_store_explicit(&o->waiting, 1, memory_order_seq_cst);
-		if (atomic_load_explicit(&o->received, memory_order_acquire) > than) {
-			atomic_store_explicit(&o->waiting, 0, memory_order_relaxed);
+		if (atomic_load_explicit(&o->received, memory_order_acquire) >
+		    than) {
+			atomic_store_explicit(&o->waiting, 0,
+					      memory_order_relaxed);
 			return;
 		}
-		struct timespec ts = { .tv_sec = 0, .tv_nsec = 100000000 };
+		struct timespec ts = {.tv_sec = 0, .tv_nsec = 100000000};
 		bench_futex_wait(&o->recv_seq, seq, &ts);
 		atomic_store_explicit(&o->waiting, 0, memory_order_relaxed);
 	}
@@ -204,7 +223,8 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 static void orch_round(struct orch *o, unsigned round, uint64_t dur_ns,
-		       uint64_t *dispatched, uint64_t *rng, struct round_out *out)
+		       uint64_t *dispatched, uint64_t *rng,
+		       struct round_out *out)
 {
 	struct fanout_task tasks[ORCH_MAX_FANOUT];
 	size_t cap = 1 << 20, ncost = 0;
@@ -219,7 +239,8 @@ static void orch_round(struct orch *o, unsigned round, uint64_t dur_ns,
 	while (bench_now_ns() < deadline) {
 		/* Bound what is in flight: dispatched - received < bound. */
 		if (*dispatched - atomic_load_explicit(&o->received,
-						       memory_order_acquire) >= o->bound)
+						       memory_order_acquire) >=
+		    o->bound)
 			wait_received_above(o, *dispatched - o->bound);
 
 		struct oslot *s = &o->slots[next];
@@ -233,8 +254,8 @@ static void orch_round(struct orch *o, unsigned round, uint64_t dur_ns,
 			uint64_t r = bench_rand(rng);
 			tasks[i].goal = orch_goals[i];
 			tasks[i].fn = bench_fo_child;
-			tasks[i].arg = (r & 1) ? &orch_works[0]
-					       : &orch_works[1 + (r >> 1) % 10];
+			tasks[i].arg = (r & 1) ? &orch_works[0] :
+						 &orch_works[1 + (r >> 1) % 10];
 		}
 		s->gen++;
 		s->ntasks = n;
@@ -262,11 +283,14 @@ static void orch_round(struct orch *o, unsigned round, uint64_t dur_ns,
 				break;
 			}
 			if (rc != -EBUSY)
-				bench_die("fanout_dispatch: %s", fanout_strerror(rc));
+				bench_die("fanout_dispatch: %s",
+					  fanout_strerror(rc));
 			out->rejected++;
 			if (*dispatched == atomic_load(&o->received))
-				bench_die("fanout_dispatch: -EBUSY with nothing in "
-					  "flight: %s", fanout_strerror(rc));
+				bench_die("fanout_dispatch: -EBUSY with "
+					  "nothing in "
+					  "flight: %s",
+					  fanout_strerror(rc));
 			wait_received_above(o, atomic_load(&o->received));
 		}
 		if (id == 0)
@@ -280,17 +304,20 @@ static void orch_round(struct orch *o, unsigned round, uint64_t dur_ns,
 	/* Drain: every dispatched delegation must deliver its event. */
 	wait_received_above(o, *dispatched - 1);
 	uint64_t t_end = bench_now_ns();
-	if (o->children[round] != children || o->events[round] != out->delegations)
-		bench_die("orchestrator: round %u dispatched %llu delegations / %llu "
-			  "children, events reported %llu / %llu", round,
-			  (unsigned long long)out->delegations,
+	if (o->children[round] != children ||
+	    o->events[round] != out->delegations)
+		bench_die("orchestrator: round %u dispatched %llu delegations "
+			  "/ %llu "
+			  "children, events reported %llu / %llu",
+			  round, (unsigned long long)out->delegations,
 			  (unsigned long long)children,
 			  (unsigned long long)o->events[round],
 			  (unsigned long long)o->children[round]);
 	uint64_t ran = bench_children_total() - c0;
 	if (ran != children)
 		bench_die("orchestrator: %llu children reported but %llu ran",
-			  (unsigned long long)children, (unsigned long long)ran);
+			  (unsigned long long)children,
+			  (unsigned long long)ran);
 	double secs = (double)(t_end - t_start) / 1e9;
 	out->children = children;
 	out->children_s = (double)children / secs;
@@ -314,7 +341,7 @@ void bench_orchestrator(void)
 		snprintf(orch_sessions[i], sizeof(orch_sessions[i]),
 			 "session-%u", i);
 
-	struct fanout_config cfg = { .max_async = 256 };
+	struct fanout_config cfg = {.max_async = 256};
 	o.e = bench_fo_engine(bench_opt.nthreads, &cfg);
 	o.sink = fanout_default_sink(o.e);
 	o.bound = cfg.max_async;
@@ -343,7 +370,8 @@ void bench_orchestrator(void)
 	for (unsigned r = 1; r <= rounds; r++)
 		orch_round(&o, r, dur, &dispatched, &rng, &ro[r]);
 
-	atomic_store_explicit(&o.final_dispatched, dispatched, memory_order_release);
+	atomic_store_explicit(&o.final_dispatched, dispatched,
+			      memory_order_release);
 	pthread_join(th, NULL);
 	/* Nothing extra may be left: exactly one event per delegation. */
 	struct fanout_event *extra;
@@ -352,7 +380,8 @@ void bench_orchestrator(void)
 			  "events arrived (duplicate)");
 	struct fanout_stats st;
 	if (fanout_stats(o.e, &st) == 0 && st.dispatched != dispatched)
-		bench_die("orchestrator: stats say %llu dispatched, we counted %llu",
+		bench_die("orchestrator: stats say %llu dispatched, we counted "
+			  "%llu",
 			  (unsigned long long)st.dispatched,
 			  (unsigned long long)dispatched);
 
@@ -370,53 +399,65 @@ void bench_orchestrator(void)
 		bench_hist_merge(lib, o.lat_lib[r]);
 	}
 	const char *S = "orchestrator";
-	bench_fig_add(S, "children/s", "fanout", bench_median(cs, rounds), "1/s",
-		      BENCH_HIGHER);
-	bench_fig_add(S, "delegations/s", "fanout", bench_median(ds, rounds), "1/s",
-		      BENCH_HIGHER);
-	bench_fig_add(S, "dispatch call", "fanout", bench_median(dc, rounds), "ns",
-		      BENCH_LOWER);
-	bench_fig_add(S, "e2e p50", "fanout", bench_hist_quantile(e2e, 0.5), "ns",
-		      BENCH_LOWER);
-	bench_fig_add(S, "e2e p99", "fanout", bench_hist_quantile(e2e, 0.99), "ns",
-		      BENCH_LOWER);
-	bench_fig_add(S, "e2e p999", "fanout", bench_hist_quantile(e2e, 0.999), "ns",
-		      BENCH_LOWER);
-	bench_fig_add(S, "lib p50", "fanout", bench_hist_quantile(lib, 0.5), "ns",
-		      BENCH_LOWER);
-	bench_fig_add(S, "lib p99", "fanout", bench_hist_quantile(lib, 0.99), "ns",
-		      BENCH_LOWER);
-	bench_fig_add(S, "lib p999", "fanout", bench_hist_quantile(lib, 0.999), "ns",
-		      BENCH_LOWER);
-	bench_fig_add(S, "rejected (-EBUSY)", "fanout", (double)rej, "", BENCH_INFO);
+	bench_fig_add(S, "children/s", "fanout", bench_median(cs, rounds),
+		      "1/s", BENCH_HIGHER);
+	bench_fig_add(S, "delegations/s", "fanout", bench_median(ds, rounds),
+		      "1/s", BENCH_HIGHER);
+	bench_fig_add(S, "dispatch call", "fanout", bench_median(dc, rounds),
+		      "ns", BENCH_LOWER);
+	bench_fig_add(S, "e2e p50", "fanout", bench_hist_quantile(e2e, 0.5),
+		      "ns", BENCH_LOWER);
+	bench_fig_add(S, "e2e p99", "fanout", bench_hist_quantile(e2e, 0.99),
+		      "ns", BENCH_LOWER);
+	bench_fig_add(S, "e2e p999", "fanout", bench_hist_quantile(e2e, 0.999),
+		      "ns", BENCH_LOWER);
+	bench_fig_add(S, "lib p50", "fanout", bench_hist_quantile(lib, 0.5),
+		      "ns", BENCH_LOWER);
+	bench_fig_add(S, "lib p99", "fanout", bench_hist_quantile(lib, 0.99),
+		      "ns", BENCH_LOWER);
+	bench_fig_add(S, "lib p999", "fanout", bench_hist_quantile(lib, 0.999),
+		      "ns", BENCH_LOWER);
+	bench_fig_add(S, "rejected (-EBUSY)", "fanout", (double)rej, "",
+		      BENCH_INFO);
 	bench_fig_add(S, "delegations checked", "fanout", (double)deleg, "",
 		      BENCH_INFO);
-	bench_fig_add(S, "children checked", "fanout", (double)kids, "", BENCH_INFO);
+	bench_fig_add(S, "children checked", "fanout", (double)kids, "",
+		      BENCH_INFO);
 
 	FILE *f = bench_opt.out;
-	fprintf(f, "\n== orchestrator load: fan-out 1..64, half no-op / half "
-		"1..10 us children, up to %u in flight, %u rounds x %.1f s ==\n",
+	fprintf(f,
+		"\n== orchestrator load: fan-out 1..64, half no-op / half "
+		"1..10 us children, up to %u in flight, %u rounds x %.1f s "
+		"==\n",
 		o.bound, rounds, (double)dur / 1e9);
-	fprintf(f, "  children/s          %12.0f   (median of rounds; min %.0f, "
-		"max %.0f)\n", bench_median(cs, rounds), bench_min(cs, rounds),
+	fprintf(f,
+		"  children/s          %12.0f   (median of rounds; min %.0f, "
+		"max %.0f)\n",
+		bench_median(cs, rounds), bench_min(cs, rounds),
 		bench_max(cs, rounds));
 	fprintf(f, "  delegations/s       %12.0f\n", bench_median(ds, rounds));
 	fprintf(f, "  dispatch call       %12.0f ns (median per call)\n",
 		bench_median(dc, rounds));
-	fprintf(f, "  e2e latency         p50 %.1f us  p99 %.1f us  p999 %.1f us  "
-		"max %.1f us\n", bench_hist_quantile(e2e, 0.5) / 1e3,
+	fprintf(f,
+		"  e2e latency         p50 %.1f us  p99 %.1f us  p999 %.1f us  "
+		"max %.1f us\n",
+		bench_hist_quantile(e2e, 0.5) / 1e3,
 		bench_hist_quantile(e2e, 0.99) / 1e3,
 		bench_hist_quantile(e2e, 0.999) / 1e3, (double)e2e->max / 1e3);
-	fprintf(f, "  lib latency         p50 %.1f us  p99 %.1f us  p999 %.1f us  "
-		"max %.1f us\n", bench_hist_quantile(lib, 0.5) / 1e3,
+	fprintf(f,
+		"  lib latency         p50 %.1f us  p99 %.1f us  p999 %.1f us  "
+		"max %.1f us\n",
+		bench_hist_quantile(lib, 0.5) / 1e3,
 		bench_hist_quantile(lib, 0.99) / 1e3,
 		bench_hist_quantile(lib, 0.999) / 1e3, (double)lib->max / 1e3);
 	fprintf(f, "    e2e = consumer's fanout_now_ns() after fanout_wait() - "
-		"fanout_now_ns() before fanout_dispatch();\n"
-		"    lib = ev->completed_ns - ev->dispatched_ns.  Pool kept full, "
-		"so these include queueing.\n");
+		   "fanout_now_ns() before fanout_dispatch();\n"
+		   "    lib = ev->completed_ns - ev->dispatched_ns.  Pool kept "
+		   "full, "
+		   "so these include queueing.\n");
 	fprintf(f, "  -EBUSY rejections   %12llu\n", (unsigned long long)rej);
-	fprintf(f, "  verified            %llu delegations, %llu children: each "
+	fprintf(f,
+		"  verified            %llu delegations, %llu children: each "
 		"event exactly once, right id,\n"
 		"                      nresults, status, goals, session; child "
 		"counters match\n",
@@ -439,8 +480,8 @@ static void latency_loop(struct fanout_engine *e, unsigned nsamples,
 			 struct bench_hist *hlib, struct bench_hist *hcall)
 {
 	static struct bwork noop;
-	struct fanout_task t = { .fn = bench_fo_child, .arg = &noop };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct fanout_task t = {.fn = bench_fo_child, .arg = &noop};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	struct fanout_sink *sink = fanout_default_sink(e);
 	uint64_t c0 = bench_children_total();
 	for (unsigned i = 0; i < nsamples; i++) {
@@ -479,16 +520,19 @@ void bench_fanout_latency_quick(void)
 		uint64_t gap;
 		unsigned n;
 	} modes[] = {
-		{ "hot", 0, (unsigned)(20000 * bench_opt.scale) },
-		{ "parked", 2000000, (unsigned)(200 * bench_opt.scale) },
+		{"hot", 0, (unsigned)(20000 * bench_opt.scale)},
+		{"parked", 2000000, (unsigned)(200 * bench_opt.scale)},
 	};
-	fprintf(f, "\n== fanout single-child latency, closed loop (dispatch, then "
-		"fanout_wait on the same thread), %u rounds ==\n", bench_opt.rounds);
-	fprintf(f, "  %-7s %-5s %9s %9s %9s %9s   (us)\n", "workers", "clock", "p50",
-		"p99", "p999", "max");
+	fprintf(f,
+		"\n== fanout single-child latency, closed loop (dispatch, then "
+		"fanout_wait on the same thread), %u rounds ==\n",
+		bench_opt.rounds);
+	fprintf(f, "  %-7s %-5s %9s %9s %9s %9s   (us)\n", "workers", "clock",
+		"p50", "p99", "p999", "max");
 	{
 		/* warm-up, not reported */
-		struct bench_hist *w1 = bench_hist_new(), *w2 = bench_hist_new(),
+		struct bench_hist *w1 = bench_hist_new(),
+				  *w2 = bench_hist_new(),
 				  *w3 = bench_hist_new();
 		latency_loop(e, 2000, 0, w1, w2, w3);
 		bench_hist_free(w1);
@@ -496,45 +540,55 @@ void bench_fanout_latency_quick(void)
 		bench_hist_free(w3);
 	}
 	for (size_t m = 0; m < BENCH_ARRAY_SIZE(modes); m++) {
-		struct bench_hist *he = bench_hist_new(), *hl = bench_hist_new(),
+		struct bench_hist *he = bench_hist_new(),
+				  *hl = bench_hist_new(),
 				  *hc = bench_hist_new();
 		for (unsigned r = 0; r < bench_opt.rounds; r++)
-			latency_loop(e, modes[m].n ? modes[m].n : 1, modes[m].gap,
-				     he, hl, hc);
+			latency_loop(e, modes[m].n ? modes[m].n : 1,
+				     modes[m].gap, he, hl, hc);
 		char scen[40];
-		snprintf(scen, sizeof(scen), "fanout latency %s", modes[m].name);
-		static const double qs[] = { 0.5, 0.99, 0.999, 1.0 };
-		static const char *qn[] = { "p50", "p99", "p999", "max" };
+		snprintf(scen, sizeof(scen), "fanout latency %s",
+			 modes[m].name);
+		static const double qs[] = {0.5, 0.99, 0.999, 1.0};
+		static const char *qn[] = {"p50", "p99", "p999", "max"};
 		for (int k = 0; k < 4; k++) {
 			char met[48];
 			snprintf(met, sizeof(met), "e2e %s", qn[k]);
-			bench_fig_add(scen, met, "fanout", bench_hist_quantile(he, qs[k]),
-				      "ns", BENCH_LOWER);
+			bench_fig_add(scen, met, "fanout",
+				      bench_hist_quantile(he, qs[k]), "ns",
+				      BENCH_LOWER);
 			snprintf(met, sizeof(met), "lib %s", qn[k]);
-			bench_fig_add(scen, met, "fanout", bench_hist_quantile(hl, qs[k]),
-				      "ns", BENCH_LOWER);
+			bench_fig_add(scen, met, "fanout",
+				      bench_hist_quantile(hl, qs[k]), "ns",
+				      BENCH_LOWER);
 		}
 		bench_fig_add(scen, "dispatch call p50", "fanout",
 			      bench_hist_quantile(hc, 0.5), "ns", BENCH_LOWER);
-		fprintf(f, "  %-7s %-5s %9.2f %9.2f %9.2f %9.2f\n", modes[m].name,
-			"e2e", bench_hist_quantile(he, 0.5) / 1e3,
+		fprintf(f, "  %-7s %-5s %9.2f %9.2f %9.2f %9.2f\n",
+			modes[m].name, "e2e",
+			bench_hist_quantile(he, 0.5) / 1e3,
 			bench_hist_quantile(he, 0.99) / 1e3,
-			bench_hist_quantile(he, 0.999) / 1e3, (double)he->max / 1e3);
+			bench_hist_quantile(he, 0.999) / 1e3,
+			(double)he->max / 1e3);
 		fprintf(f, "  %-7s %-5s %9.2f %9.2f %9.2f %9.2f\n", "", "lib",
 			bench_hist_quantile(hl, 0.5) / 1e3,
 			bench_hist_quantile(hl, 0.99) / 1e3,
-			bench_hist_quantile(hl, 0.999) / 1e3, (double)hl->max / 1e3);
+			bench_hist_quantile(hl, 0.999) / 1e3,
+			(double)hl->max / 1e3);
 		fprintf(f, "  %-7s %-5s %9.2f %9.2f %9.2f %9.2f\n", "", "call",
 			bench_hist_quantile(hc, 0.5) / 1e3,
 			bench_hist_quantile(hc, 0.99) / 1e3,
-			bench_hist_quantile(hc, 0.999) / 1e3, (double)hc->max / 1e3);
+			bench_hist_quantile(hc, 0.999) / 1e3,
+			(double)hc->max / 1e3);
 		bench_hist_free(he);
 		bench_hist_free(hl);
 		bench_hist_free(hc);
 	}
-	fprintf(f, "    e2e = before fanout_dispatch() -> fanout_wait() returned; "
+	fprintf(f,
+		"    e2e = before fanout_dispatch() -> fanout_wait() returned; "
 		"lib = ev->completed_ns - ev->dispatched_ns;\n"
-		"    call = the fanout_dispatch() call alone.  parked = 2 ms idle "
+		"    call = the fanout_dispatch() call alone.  parked = 2 ms "
+		"idle "
 		"before each sample (> spin_ns).\n");
 	fanout_destroy(e);
 }

@@ -30,8 +30,8 @@ bool bench_py_running(void)
 
 static void py_fail(const char *what)
 {
-	fprintf(stderr, "fanout-bench: python peer: %s; left out from here on\n",
-		what);
+	fprintf(stderr,
+		"fanout-bench: python peer: %s; left out from here on\n", what);
 	bench_py_stop();
 }
 
@@ -41,7 +41,8 @@ bool bench_py_start(void)
 	if (bench_opt.no_python)
 		return false;
 	if (access(script, R_OK) != 0) {
-		fprintf(stderr, "fanout-bench: %s not found; python peer left out\n",
+		fprintf(stderr,
+			"fanout-bench: %s not found; python peer left out\n",
 			script);
 		return false;
 	}
@@ -60,8 +61,8 @@ bool bench_py_start(void)
 		close(to[1]);
 		close(from[0]);
 		close(from[1]);
-		execlp("python3", "python3", script, "--serve", "--threads", threads,
-		       (char *)NULL);
+		execlp("python3", "python3", script, "--serve", "--threads",
+		       threads, (char *)NULL);
 		_exit(127);
 	}
 	close(to[0]);
@@ -72,7 +73,8 @@ bool bench_py_start(void)
 	if (!py_in || !py_out)
 		bench_die("fdopen failed");
 	signal(SIGPIPE, SIG_IGN);
-	if (getline(&py_line, &py_cap, py_out) < 0 || strncmp(py_line, "ready", 5)) {
+	if (getline(&py_line, &py_cap, py_out) < 0 ||
+	    strncmp(py_line, "ready", 5)) {
 		py_fail("did not start (is python3 installed?)");
 		return false;
 	}
@@ -115,7 +117,8 @@ static const char *py_ask(const char *cmd, const char *expect)
 double bench_py_throughput(unsigned n, unsigned inflight, uint64_t dur_ns)
 {
 	char cmd[96];
-	snprintf(cmd, sizeof(cmd), "tp %u %u %.4f", n, inflight, (double)dur_ns / 1e9);
+	snprintf(cmd, sizeof(cmd), "tp %u %u %.4f", n, inflight,
+		 (double)dur_ns / 1e9);
 	const char *a = py_ask(cmd, "tp ");
 	return a ? strtod(a, NULL) : NAN;
 }
@@ -123,7 +126,8 @@ double bench_py_throughput(unsigned n, unsigned inflight, uint64_t dur_ns)
 void bench_py_latency(unsigned nsamples, uint64_t gap_ns, struct bench_hist *h)
 {
 	char cmd[96];
-	snprintf(cmd, sizeof(cmd), "lat %u %.6f", nsamples, (double)gap_ns / 1e9);
+	snprintf(cmd, sizeof(cmd), "lat %u %.6f", nsamples,
+		 (double)gap_ns / 1e9);
 	const char *a = py_ask(cmd, "lat ");
 	char *end;
 	while (a && *a && *a != '\n') {

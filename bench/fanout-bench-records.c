@@ -46,18 +46,21 @@ static void fill_consume(struct filler *f)
 static void fill_to(struct filler *f, size_t n)
 {
 	static struct bwork noop;
-	struct fanout_task t = { .goal = "record", .fn = bench_fo_child, .arg = &noop };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct fanout_task t = {
+		.goal = "record", .fn = bench_fo_child, .arg = &noop};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	while (f->nids < n) {
 		int rc = fanout_dispatch(f->e, &b, &f->ids[f->nids]);
 		if (rc == -EBUSY) {
 			if (!f->inflight)
-				bench_die("records: -EBUSY with nothing in flight");
+				bench_die("records: -EBUSY with nothing in "
+					  "flight");
 			fill_consume(f);
 			continue;
 		}
 		if (rc)
-			bench_die("records: fanout_dispatch: %s", fanout_strerror(rc));
+			bench_die("records: fanout_dispatch: %s",
+				  fanout_strerror(rc));
 		f->nids++;
 		f->inflight++;
 		if (f->inflight >= 128)
@@ -69,17 +72,18 @@ static void fill_to(struct filler *f, size_t n)
 
 void bench_records(void)
 {
-	static const size_t sizes[] = { 1000, 100000, 1000000 };
+	static const size_t sizes[] = {1000, 100000, 1000000};
 	const size_t maxn = sizes[BENCH_ARRAY_SIZE(sizes) - 1];
-	struct fanout_config cfg = { .keep_completed = (unsigned)maxn + 1024 };
-	struct filler f = { 0 };
+	struct fanout_config cfg = {.keep_completed = (unsigned)maxn + 1024};
+	struct filler f = {0};
 	int rc;
 	cfg.workers = bench_opt.nthreads;
 	rc = fanout_create(&cfg, &f.e);
 	if (rc) {
-		fprintf(bench_opt.out, "\n== records: fanout_create(keep_completed "
-			"= %u) failed: %s; skipped ==\n", cfg.keep_completed,
-			fanout_strerror(rc));
+		fprintf(bench_opt.out,
+			"\n== records: fanout_create(keep_completed "
+			"= %u) failed: %s; skipped ==\n",
+			cfg.keep_completed, fanout_strerror(rc));
 		return;
 	}
 	f.sink = fanout_default_sink(f.e);
@@ -90,8 +94,10 @@ void bench_records(void)
 
 	FILE *o = bench_opt.out;
 	unsigned R = bench_opt.rounds;
-	fprintf(o, "\n== record table: lookup / list with N finished records kept "
-		"(keep_completed %u), median of rounds ==\n", cfg.keep_completed);
+	fprintf(o,
+		"\n== record table: lookup / list with N finished records kept "
+		"(keep_completed %u), median of rounds ==\n",
+		cfg.keep_completed);
 	fprintf(o, "  %9s %12s %14s %14s %14s %7s\n", "records", "lookup ns",
 		"list(all) ms", "list ns/rec", "list(100) us", "rounds");
 	uint64_t rng = 12345;
@@ -105,21 +111,27 @@ void bench_records(void)
 		uint64_t t_size = bench_now_ns();
 		unsigned r;
 		for (r = 0; r < R && r < 64; r++) {
-			if (r >= 3 && bench_now_ns() - t_size > 3e9 * bench_opt.scale)
+			if (r >= 3 &&
+			    bench_now_ns() - t_size > 3e9 * bench_opt.scale)
 				break;
 			/* lookups of random known ids, at most ~100 ms worth */
 			uint64_t t0 = bench_now_ns(), cap_ns = 100000000;
 			unsigned i;
 			for (i = 0; i < nl; i++) {
-				if ((i & 63) == 63 && bench_now_ns() - t0 > cap_ns)
+				if ((i & 63) == 63 &&
+				    bench_now_ns() - t0 > cap_ns)
 					break;
 				fanout_id id = f.ids[bench_rand(&rng) % n];
 				struct fanout_info info;
 				rc = fanout_lookup(f.e, id, &info);
-				if (rc || info.id != id || info.status != FANOUT_COMPLETED)
-					bench_die("records: lookup of " FANOUT_ID_FMT
-						  " with %zu kept: %s", (unsigned long long)id,
-						  n, rc ? fanout_strerror(rc) : "wrong record");
+				if (rc || info.id != id ||
+				    info.status != FANOUT_COMPLETED)
+					bench_die("records: lookup "
+						  "of " FANOUT_ID_FMT
+						  " with %zu kept: %s",
+						  (unsigned long long)id, n,
+						  rc ? fanout_strerror(rc) :
+						       "wrong record");
 			}
 			lk[r] = (double)(bench_now_ns() - t0) / i;
 			/* one full listing */
@@ -128,16 +140,20 @@ void bench_records(void)
 			rc = fanout_list(f.e, infos, maxn + 1024, &got);
 			la[r] = (double)(bench_now_ns() - t0);
 			if (rc)
-				bench_die("records: fanout_list: %s", fanout_strerror(rc));
+				bench_die("records: fanout_list: %s",
+					  fanout_strerror(rc));
 			if (got != n)
-				bench_die("records: fanout_list saw %zu records, %zu made "
-					  "and all should be kept", got, n);
+				bench_die("records: fanout_list saw %zu "
+					  "records, %zu made "
+					  "and all should be kept",
+					  got, n);
 			/* first page */
 			t0 = bench_now_ns();
 			rc = fanout_list(f.e, infos, 100, &got);
 			lp[r] = (double)(bench_now_ns() - t0);
 			if (rc || got != n)
-				bench_die("records: fanout_list(cap 100) failed");
+				bench_die(
+					"records: fanout_list(cap 100) failed");
 		}
 		double mlk = bench_median(lk, r), mla = bench_median(la, r),
 		       mlp = bench_median(lp, r);
@@ -184,11 +200,15 @@ static void hook_alloc(void *extra, int type, void *result, uintptr_t raw,
 		return;
 	size_t sz = malloc_usable_size(result);
 	if (is_caller) {
-		atomic_fetch_add_explicit(&n_alloc_caller, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&bytes_caller, sz, memory_order_relaxed);
+		atomic_fetch_add_explicit(&n_alloc_caller, 1,
+					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&bytes_caller, sz,
+					  memory_order_relaxed);
 	} else {
-		atomic_fetch_add_explicit(&n_alloc_other, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&bytes_other, sz, memory_order_relaxed);
+		atomic_fetch_add_explicit(&n_alloc_other, 1,
+					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&bytes_other, sz,
+					  memory_order_relaxed);
 	}
 }
 
@@ -215,14 +235,15 @@ static void alloc_run(struct fanout_engine *e, const struct alloc_case *c,
 		      unsigned k, const struct fanout_task *tasks)
 {
 	struct fanout_sink *sink = fanout_default_sink(e);
-	struct fanout_batch b = { .tasks = tasks, .ntasks = c->ntasks };
+	struct fanout_batch b = {.tasks = tasks, .ntasks = c->ntasks};
 	for (unsigned i = 0; i < k; i++) {
 		struct fanout_event *ev;
 		int rc;
 		if (c->sync) {
 			rc = fanout_run(e, &b, &ev);
 			if (rc)
-				bench_die("allocs: fanout_run: %s", fanout_strerror(rc));
+				bench_die("allocs: fanout_run: %s",
+					  fanout_strerror(rc));
 		} else {
 			fanout_id id;
 			rc = fanout_dispatch(e, &b, &id);
@@ -231,7 +252,8 @@ static void alloc_run(struct fanout_engine *e, const struct alloc_case *c,
 					  fanout_strerror(rc));
 			rc = fanout_wait(sink, &ev, 10000);
 			if (rc)
-				bench_die("allocs: fanout_wait: %s", fanout_strerror(rc));
+				bench_die("allocs: fanout_wait: %s",
+					  fanout_strerror(rc));
 		}
 		bench_fo_check_event(ev, c->ntasks, false);
 		fanout_event_free(ev);
@@ -242,21 +264,23 @@ void bench_allocs(void)
 {
 	static struct bwork noop;
 	static const struct alloc_case cases[] = {
-		{ "dispatch, 1 child", 1, false },
-		{ "dispatch, 64 children", 64, false },
-		{ "run, 1 child", 1, true },
-		{ "run, 64 children", 64, true },
+		{"dispatch, 1 child", 1, false},
+		{"dispatch, 64 children", 64, false},
+		{"run, 1 child", 1, true},
+		{"run, 64 children", 64, true},
 	};
 	struct fanout_task tasks[64];
 	for (unsigned i = 0; i < 64; i++)
-		tasks[i] = (struct fanout_task){ .goal = "g", .fn = bench_fo_child,
-						 .arg = &noop };
+		tasks[i] = (struct fanout_task){
+			.goal = "g", .fn = bench_fo_child, .arg = &noop};
 	struct fanout_engine *e = bench_fo_engine(bench_opt.nthreads, NULL);
 	FILE *o = bench_opt.out;
 	unsigned k = (unsigned)(20000 * bench_opt.scale) + 100;
 	is_caller = true;
-	fprintf(o, "\n== allocations per delegation (jemalloc hooks, %u "
-		"delegations each; caller = dispatching/consuming thread) ==\n", k);
+	fprintf(o,
+		"\n== allocations per delegation (jemalloc hooks, %u "
+		"delegations each; caller = dispatching/consuming thread) ==\n",
+		k);
 	fprintf(o, "  %-24s %9s %9s %9s %9s %10s\n", "case", "alloc", "free",
 		"alloc", "free", "bytes");
 	fprintf(o, "  %-24s %9s %9s %9s %9s %10s\n", "", "(caller)", "(caller)",
@@ -264,7 +288,8 @@ void bench_allocs(void)
 	for (size_t i = 0; i < BENCH_ARRAY_SIZE(cases); i++) {
 		const struct alloc_case *c = &cases[i];
 		alloc_run(e, c, 2000, tasks); /* warm caches */
-		struct je_hooks h = { hook_alloc, hook_dalloc, hook_expand, NULL };
+		struct je_hooks h = {hook_alloc, hook_dalloc, hook_expand,
+				     NULL};
 		void *handle = NULL;
 		size_t hsz = sizeof(handle);
 		atomic_store(&n_alloc_caller, 0);
@@ -288,20 +313,24 @@ void bench_allocs(void)
 		double ao = (double)atomic_load(&n_alloc_other) / k;
 		double fo = (double)atomic_load(&n_free_other) / k;
 		double by = (double)(atomic_load(&bytes_caller) +
-				     atomic_load(&bytes_other)) / k;
+				     atomic_load(&bytes_other)) /
+			    k;
 		char met[48];
 		snprintf(met, sizeof(met), "allocs/deleg %s", c->name);
-		bench_fig_add("allocs", met, "fanout", ac + ao, "", BENCH_LOWER);
+		bench_fig_add("allocs", met, "fanout", ac + ao, "",
+			      BENCH_LOWER);
 		snprintf(met, sizeof(met), "caller allocs/deleg %s", c->name);
 		bench_fig_add("allocs", met, "fanout", ac, "", BENCH_LOWER);
 		snprintf(met, sizeof(met), "bytes/deleg %s", c->name);
 		bench_fig_add("allocs", met, "fanout", by, "B", BENCH_LOWER);
-		fprintf(o, "  %-24s %9.3f %9.3f %9.3f %9.3f %10.0f\n", c->name, ac,
-			fc, ao, fo, by);
+		fprintf(o, "  %-24s %9.3f %9.3f %9.3f %9.3f %10.0f\n", c->name,
+			ac, fc, ao, fo, by);
 	}
-	fprintf(o, "  allocations are exact; frees on other threads include records "
-		"of earlier delegations\n  pruned past keep_completed and freed after "
-		"an RCU grace period meanwhile\n");
+	fprintf(o, "  allocations are exact; frees on other threads include "
+		   "records "
+		   "of earlier delegations\n  pruned past keep_completed and "
+		   "freed after "
+		   "an RCU grace period meanwhile\n");
 	is_caller = false;
 	fanout_destroy(e);
 }

@@ -55,7 +55,8 @@ void bench_machine(char *model, size_t mlen, char *kernel, size_t klen)
 	}
 	struct utsname u;
 	if (uname(&u) == 0)
-		snprintf(kernel, klen, "%s %s %s", u.sysname, u.release, u.machine);
+		snprintf(kernel, klen, "%s %s %s", u.sysname, u.release,
+			 u.machine);
 	else
 		snprintf(kernel, klen, "unknown");
 }
@@ -96,11 +97,11 @@ static void ratio_bar(const char *what, const char *target, const char *metric,
 	b->holds = r >= need;
 	if (!isnan(run))
 		snprintf(b->measured, sizeof(b->measured),
-			 "%.2fx (%.3gM vs %.3gM/s; fanout_run %.2fx)", r, me / 1e6,
-			 other / 1e6, run / other);
+			 "%.2fx (%.3gM vs %.3gM/s; fanout_run %.2fx)", r,
+			 me / 1e6, other / 1e6, run / other);
 	else
-		snprintf(b->measured, sizeof(b->measured), "%.2fx (%.3gM vs %.3gM/s)",
-			 r, me / 1e6, other / 1e6);
+		snprintf(b->measured, sizeof(b->measured),
+			 "%.2fx (%.3gM vs %.3gM/s)", r, me / 1e6, other / 1e6);
 }
 
 static void compute_bars(void)
@@ -111,10 +112,12 @@ static void compute_bars(void)
 	ratio_bar("no-op children/s, batch 64, vs mutex+condvar pool", ">= 5x",
 		  "batch 64", "mutexpool", 5);
 	{
-		static const char *const others[] = { "libuv", "glib", "openmp",
-						      "onetbb" };
-		struct bar *b = bar_new("no-op children/s, batch 64, vs libuv, GLib, "
-					"OpenMP, oneTBB", "> 1x each");
+		static const char *const others[] = {"libuv", "glib", "openmp",
+						     "onetbb"};
+		struct bar *b =
+			bar_new("no-op children/s, batch 64, vs libuv, GLib, "
+				"OpenMP, oneTBB",
+				"> 1x each");
 		double me = fig("throughput", "batch 64", "fanout");
 		double worst = INFINITY;
 		const char *wn = NULL;
@@ -141,8 +144,9 @@ static void compute_bars(void)
 	ratio_bar("no-op children/s, batch 1 (16 in flight), vs mutex pool",
 		  ">= 10x", "batch 1", "mutexpool", 10);
 	{
-		struct bar *b = bar_new("per-child cost vs one raw ck_ring SPSC handoff",
-					"<= 2x");
+		struct bar *b = bar_new(
+			"per-child cost vs one raw ck_ring SPSC handoff",
+			"<= 2x");
 		double best = NAN;
 		unsigned bs = 0;
 		for (unsigned s = 0; s < BENCH_NSIZES; s++) {
@@ -158,42 +162,52 @@ static void compute_bars(void)
 			double r = best / bench_limit_ring;
 			b->holds = r <= 2.0;
 			snprintf(b->measured, sizeof(b->measured),
-				 "%.2fx (%.1f ns/child, median batch of %u, vs %.1f "
-				 "ns/item)", r, best, bs, bench_limit_ring);
+				 "%.2fx (%.1f ns/child, median batch of %u, vs "
+				 "%.1f "
+				 "ns/item)",
+				 r, best, bs, bench_limit_ring);
 		}
 	}
 	{
-		struct bar *b = bar_new("hot single-child dispatch->event p50 vs "
-					"cache-line ping-pong RTT", "<= 3x");
+		struct bar *b =
+			bar_new("hot single-child dispatch->event p50 vs "
+				"cache-line ping-pong RTT",
+				"<= 3x");
 		double v = fig("latency hot", "p50", "fanout");
 		if (!isnan(v) && bench_limit_pingpong > 0) {
 			double r = v / bench_limit_pingpong;
 			b->holds = r <= 3.0;
 			snprintf(b->measured, sizeof(b->measured),
-				 "%.2fx (%.0f ns vs %.0f ns)", r, v, bench_limit_pingpong);
+				 "%.2fx (%.0f ns vs %.0f ns)", r, v,
+				 bench_limit_pingpong);
 		}
 	}
 	{
-		struct bar *b = bar_new("parked single-child dispatch->event p50 vs "
-					"futex wake RTT (same 2 ms idle)", "<= 1.2x");
+		struct bar *b =
+			bar_new("parked single-child dispatch->event p50 vs "
+				"futex wake RTT (same 2 ms idle)",
+				"<= 1.2x");
 		double v = fig("latency parked", "p50", "fanout");
-		double lim = bench_limit_futex_idle > 0 ? bench_limit_futex_idle
-						       : bench_limit_futex;
+		double lim = bench_limit_futex_idle > 0 ?
+				     bench_limit_futex_idle :
+				     bench_limit_futex;
 		if (!isnan(v) && lim > 0) {
 			double r = v / lim;
 			b->holds = r <= 1.2;
 			snprintf(b->measured, sizeof(b->measured),
-				 "%.2fx (%.0f ns vs %.0f ns; back-to-back RTT %.0f ns)",
+				 "%.2fx (%.0f ns vs %.0f ns; back-to-back RTT "
+				 "%.0f ns)",
 				 r, v, lim, bench_limit_futex);
 		}
 	}
 	{
-		struct bar *b = bar_new("workers' CPU when idle (1 s after a burst)",
-					"< 1%");
+		struct bar *b = bar_new(
+			"workers' CPU when idle (1 s after a burst)", "< 1%");
 		double v = fig("idle", "cpu %", "fanout");
 		if (!isnan(v)) {
 			b->holds = v < 1.0;
-			snprintf(b->measured, sizeof(b->measured), "%.4f%% of one CPU", v);
+			snprintf(b->measured, sizeof(b->measured),
+				 "%.4f%% of one CPU", v);
 		}
 	}
 }
@@ -202,10 +216,13 @@ void bench_report_bars(void)
 {
 	compute_bars();
 	FILE *f = bench_opt.out;
-	fprintf(f, "\n== the bars of issue 3 (fanout = the fanout_dispatch path) ==\n");
+	fprintf(f, "\n== the bars of issue 3 (fanout = the fanout_dispatch "
+		   "path) ==\n");
 	for (size_t i = 0; i < nbars; i++)
 		fprintf(f, "  [%s] %-62s %-9s %s\n",
-			bars[i].holds < 0 ? " ?? " : bars[i].holds ? "HOLD" : "MISS",
+			bars[i].holds < 0 ? " ?? " :
+			bars[i].holds	  ? "HOLD" :
+					    "MISS",
 			bars[i].what, bars[i].target, bars[i].measured);
 }
 
@@ -272,14 +289,17 @@ void bench_report_json(FILE *f)
 		fputs(", \"unit\": ", f);
 		json_str(f, g->unit);
 		fprintf(f, ", \"better\": \"%s\"",
-			g->better > 0 ? "higher" : g->better < 0 ? "lower" : "info");
+			g->better > 0 ? "higher" :
+			g->better < 0 ? "lower" :
+					"info");
 		/* fanout's advantage over this peer, >1 = fanout better */
-		const struct bench_fig *me = bench_fig_find(g->scen, g->metric, "fanout");
-		if (me && g->better && strcmp(g->peer, "fanout") && g->value > 0 &&
-		    me->value > 0) {
+		const struct bench_fig *me =
+			bench_fig_find(g->scen, g->metric, "fanout");
+		if (me && g->better && strcmp(g->peer, "fanout") &&
+		    g->value > 0 && me->value > 0) {
 			fputs(", \"fanout_advantage\": ", f);
-			json_num(f, g->better > 0 ? me->value / g->value
-						  : g->value / me->value);
+			json_num(f, g->better > 0 ? me->value / g->value :
+						    g->value / me->value);
 		}
 		fprintf(f, "}%s\n", i + 1 < bench_fig_count() ? "," : "");
 	}
@@ -292,7 +312,9 @@ void bench_report_json(FILE *f)
 		fputs(", \"measured\": ", f);
 		json_str(f, bars[i].measured);
 		fprintf(f, ", \"holds\": %s}%s\n",
-			bars[i].holds < 0 ? "null" : bars[i].holds ? "true" : "false",
+			bars[i].holds < 0 ? "null" :
+			bars[i].holds	  ? "true" :
+					    "false",
 			i + 1 < nbars ? "," : "");
 	}
 	fputs("  ]\n}\n", f);
@@ -300,9 +322,9 @@ void bench_report_json(FILE *f)
 
 /* ------------------------------------------------------------ plots */
 
-static const char *plot_peers[] = { "fanout",  "fanout_run", "mutexpool",
-				    "libuv",   "glib",       "openmp",
-				    "onetbb",  "python-tpe" };
+static const char *plot_peers[] = {"fanout", "fanout_run", "mutexpool",
+				   "libuv",  "glib",	   "openmp",
+				   "onetbb", "python-tpe"};
 
 static bool have_peer(const char *scen, const char *metric, const char *peer)
 {
@@ -318,7 +340,8 @@ static bool write_sweep(const char *dir, const char *scen, const char *file,
 	FILE *d = fopen(path, "w");
 	*nc = 0;
 	if (!d) {
-		fprintf(bench_opt.out, "\n(plots skipped: cannot write %s)\n", path);
+		fprintf(bench_opt.out, "\n(plots skipped: cannot write %s)\n",
+			path);
 		return false;
 	}
 	for (size_t i = 0; i < BENCH_ARRAY_SIZE(plot_peers); i++)
@@ -369,7 +392,8 @@ void bench_report_plots(void)
 	d = fopen(path, "w");
 	if (!d)
 		return;
-	fputs("# peer hot_p50 hot_p99 hot_p999 parked_p50 parked_p99 parked_p999 (us)\n",
+	fputs("# peer hot_p50 hot_p99 hot_p999 parked_p50 parked_p99 "
+	      "parked_p999 (us)\n",
 	      d);
 	size_t nl = 0;
 	for (size_t i = 0; i < BENCH_ARRAY_SIZE(plot_peers); i++) {
@@ -399,12 +423,15 @@ void bench_report_plots(void)
 		"set key outside right top\n"
 		"set grid\n"
 		"set output '%s/throughput.png'\n"
-		"set title 'no-op children per second vs batch size (%u threads, %s)'\n"
+		"set title 'no-op children per second vs batch size (%u "
+		"threads, %s)'\n"
 		"set logscale xy\n"
-		"set xlabel 'children per batch (1 and 8: 16 children in flight)'\n"
+		"set xlabel 'children per batch (1 and 8: 16 children in "
+		"flight)'\n"
 		"set ylabel 'children / s'\n"
 		"set xtics (1, 8, 64, 512, 4096)\n"
-		"plot for [i=2:%zu] '%s/throughput.dat' using 1:i with linespoints "
+		"plot for [i=2:%zu] '%s/throughput.dat' using 1:i with "
+		"linespoints "
 		"lw 2 title columnheader(i)\n",
 		dir, bench_opt.nthreads, model, nc + 1, dir);
 	if (ns)
@@ -414,7 +441,8 @@ void bench_report_plots(void)
 			"fanout_dispatch() / the peer''s submit returns'\n"
 			"set ylabel 'ns per call'\n"
 			"set xlabel 'children per batch'\n"
-			"plot for [i=2:%zu] '%s/submit.dat' using 1:i with linespoints "
+			"plot for [i=2:%zu] '%s/submit.dat' using 1:i with "
+			"linespoints "
 			"lw 2 title columnheader(i)\n",
 			dir, ns + 1, dir);
 	if (nl) {
@@ -422,7 +450,8 @@ void bench_report_plots(void)
 			"reset\n"
 			"set terminal pngcairo size 1000,640 noenhanced\n"
 			"set output '%s/latency.png'\n"
-			"set title 'single-child submit->join latency percentiles, closed "
+			"set title 'single-child submit->join latency "
+			"percentiles, closed "
 			"loop (us, log scale)'\n"
 			"set style data histograms\n"
 			"set style histogram clustered gap 1\n"
@@ -432,9 +461,12 @@ void bench_report_plots(void)
 			"set key outside right top\n"
 			"set ylabel 'microseconds'\n"
 			"set xtics rotate by -30\n"
-			"plot '%s/latency.dat' using 2:xtic(1) title 'hot p50', "
-			"'' using 3 title 'hot p99', '' using 4 title 'hot p999', "
-			"'' using 5 title 'parked p50', '' using 6 title 'parked p99', "
+			"plot '%s/latency.dat' using 2:xtic(1) title 'hot "
+			"p50', "
+			"'' using 3 title 'hot p99', '' using 4 title 'hot "
+			"p999', "
+			"'' using 5 title 'parked p50', '' using 6 title "
+			"'parked p99', "
 			"'' using 7 title 'parked p999'\n",
 			dir, dir);
 	}
@@ -471,30 +503,40 @@ void bench_report_results_md(const char *table)
 	time_t t = time(NULL);
 	strftime(date, sizeof(date), "%Y-%m-%d %H:%M UTC", gmtime(&t));
 	compute_bars();
-	fprintf(f, "# fanout-bench results\n\n"
-		"Written by `build/plain/fanout-bench` (`make run`); do not edit "
+	fprintf(f,
+		"# fanout-bench results\n\n"
+		"Written by `build/plain/fanout-bench` (`make run`); do not "
+		"edit "
 		"by hand, run it again.\n\n"
 		"- date: %s\n- machine: %s, %u CPUs online\n- kernel: %s\n"
-		"- threads per engine/pool: %u; rounds: %u; duration scale: %.2g\n"
-		"- load average (1/5/15 min, runnable/total, last pid) at start: %s; "
+		"- threads per engine/pool: %u; rounds: %u; duration scale: "
+		"%.2g\n"
+		"- load average (1/5/15 min, runnable/total, last pid) at "
+		"start: %s; "
 		"at end: %s\n\n",
 		date, model, bench_ncpus(), kernel, bench_opt.nthreads,
 		bench_opt.rounds, bench_opt.scale, bench_opt.load_start,
 		bench_opt.load_end);
-	fprintf(f, "Everything below was measured side by side in this one run; "
+	fprintf(f,
+		"Everything below was measured side by side in this one run; "
 		"each ratio compares two figures of the same run.\n"
-		"\"fanout\" is the background path (fanout_dispatch + fanout_wait); "
+		"\"fanout\" is the background path (fanout_dispatch + "
+		"fanout_wait); "
 		"\"fanout_run\" the synchronous one.\n\n");
 	fprintf(f, "## The bars of issue 3\n\n| | bar | target | measured |\n"
-		"|---|---|---|---|\n");
+		   "|---|---|---|---|\n");
 	for (size_t i = 0; i < nbars; i++)
 		fprintf(f, "| %s | %s | %s | %s |\n",
-			bars[i].holds < 0 ? "?" : bars[i].holds ? "holds" : "**misses**",
+			bars[i].holds < 0 ? "?" :
+			bars[i].holds	  ? "holds" :
+					    "**misses**",
 			bars[i].what, bars[i].target, bars[i].measured);
 	char png[600];
 	snprintf(png, sizeof(png), "%s/throughput.png", bench_opt.outdir);
 	if (access(png, R_OK) == 0)
-		fprintf(f, "\n## Plots\n\n![throughput vs batch size](out/throughput.png)\n\n"
+		fprintf(f,
+			"\n## Plots\n\n![throughput vs batch "
+			"size](out/throughput.png)\n\n"
 			"![submit call cost vs batch size](out/submit.png)\n\n"
 			"![latency percentiles](out/latency.png)\n");
 	fprintf(f, "\n## Full output\n\n```text\n%s```\n", table);

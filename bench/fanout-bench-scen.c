@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-const unsigned bench_sizes[BENCH_NSIZES] = { 1, 8, 64, 512, 4096 };
+const unsigned bench_sizes[BENCH_NSIZES] = {1, 8, 64, 512, 4096};
 
 static bool size_wanted(unsigned n)
 {
@@ -100,19 +100,22 @@ static void print_grid(const char *scen, const char *const *metrics,
 		fprintf(f, "  %-16s", labels[m]);
 		for (size_t c = 0; c < nc; c++)
 			fprintf(f, " %11s",
-				bench_si(fig(scen, metrics[m], cols[c]) / scale, b,
-					 sizeof(b)));
+				bench_si(fig(scen, metrics[m], cols[c]) / scale,
+					 b, sizeof(b)));
 		fputc('\n', f);
 	}
-	fprintf(f, "  fanout is N x %s than:\n", higher ? "higher" : "lower(faster)");
+	fprintf(f, "  fanout is N x %s than:\n",
+		higher ? "higher" : "lower(faster)");
 	for (size_t m = 0; m < nm; m++) {
 		double me = fig(scen, metrics[m], "fanout");
 		fprintf(f, "  %-16s", labels[m]);
 		for (size_t c = 0; c < nc; c++) {
 			double v = fig(scen, metrics[m], cols[c]);
 			double r = higher ? me / v : v / me;
-			fprintf(f, " %11s", !strcmp(cols[c], "fanout")
-					       ? "-" : ratio_str(r, b, sizeof(b)));
+			fprintf(f, " %11s",
+				!strcmp(cols[c], "fanout") ?
+					"-" :
+					ratio_str(r, b, sizeof(b)));
 		}
 		fputc('\n', f);
 	}
@@ -147,7 +150,8 @@ void bench_scen_throughput(void)
 				continue;
 			for (size_t p = 0; p < np; p++) {
 				v[(p * BENCH_NSIZES + s) * R + r] =
-					hx_throughput(hx_at(p), n, k, &noop, dur);
+					hx_throughput(hx_at(p), n, k, &noop,
+						      dur);
 				pc[(p * BENCH_NSIZES + s) * R + r] =
 					hx_at(p)->last_batch_p50 / n;
 			}
@@ -161,15 +165,17 @@ void bench_scen_throughput(void)
 		if (!size_wanted(bench_sizes[s]))
 			continue;
 		snprintf(mbuf[s], sizeof(mbuf[s]), "batch %u", bench_sizes[s]);
-		snprintf(lbuf[s], sizeof(lbuf[s]), "%u (%u in flt)", bench_sizes[s],
-			 bench_inflight_for(bench_sizes[s]));
+		snprintf(lbuf[s], sizeof(lbuf[s]), "%u (%u in flt)",
+			 bench_sizes[s], bench_inflight_for(bench_sizes[s]));
 		metrics[nm] = mbuf[s];
 		labels[nm++] = lbuf[s];
 		for (size_t p = 0; p < np; p++) {
-			bench_fig_add("throughput", mbuf[s], hx_at(p)->ops->name,
-				      bench_median(&v[(p * BENCH_NSIZES + s) * R], R),
-				      "children/s", BENCH_HIGHER);
-			double c = bench_median(&pc[(p * BENCH_NSIZES + s) * R], R);
+			bench_fig_add(
+				"throughput", mbuf[s], hx_at(p)->ops->name,
+				bench_median(&v[(p * BENCH_NSIZES + s) * R], R),
+				"children/s", BENCH_HIGHER);
+			double c = bench_median(&pc[(p * BENCH_NSIZES + s) * R],
+						R);
 			if (!isnan(c))
 				bench_fig_add("per-child cost", mbuf[s],
 					      hx_at(p)->ops->name, c, "ns",
@@ -180,28 +186,33 @@ void bench_scen_throughput(void)
 			bench_fig_add("throughput", mbuf[s], "python-tpe", py,
 				      "children/s", BENCH_HIGHER);
 	}
-	fprintf(bench_opt.out, "\n== no-op children per second vs batch size "
-		"(median of %u rounds x %.0f ms, %u threads) ==\n", R,
-		(double)dur / 1e6, bench_opt.nthreads);
+	fprintf(bench_opt.out,
+		"\n== no-op children per second vs batch size "
+		"(median of %u rounds x %.0f ms, %u threads) ==\n",
+		R, (double)dur / 1e6, bench_opt.nthreads);
 	print_grid("throughput", metrics, labels, nm, true, 1, "batch");
 	/* the same runs, per child: median batch time / batch size */
 	const char *pm[BENCH_NSIZES], *pl[BENCH_NSIZES];
 	unsigned npm = 0;
 	for (unsigned i = 0; i < nm; i++)
-		if (bench_fig_find("per-child cost", metrics[i], hx_at(0)->ops->name)) {
+		if (bench_fig_find("per-child cost", metrics[i],
+				   hx_at(0)->ops->name)) {
 			pm[npm] = metrics[i];
 			pl[npm++] = labels[i];
 		}
 	if (npm) {
-		fprintf(bench_opt.out, "  per-child cost, ns = median time of one "
+		fprintf(bench_opt.out,
+			"  per-child cost, ns = median time of one "
 			"batch (submit..join) / batch size:\n");
 		print_grid("per-child cost", pm, pl, npm, false, 1, "batch");
 	}
 	for (size_t p = 0; p < np; p++) {
 		const struct peer_ops *o = hx_at(p)->ops;
 		if (o->rejected && o->rejected(hx_at(p)->ctx))
-			fprintf(bench_opt.out, "  %s: %llu -EBUSY rejections "
-				"(retried after taking an event)\n", o->name,
+			fprintf(bench_opt.out,
+				"  %s: %llu -EBUSY rejections "
+				"(retried after taking an event)\n",
+				o->name,
 				(unsigned long long)o->rejected(hx_at(p)->ctx));
 	}
 	free(v);
@@ -224,7 +235,8 @@ void bench_scen_dispatch(void)
 				if (size_wanted(bench_sizes[s]))
 					v[(p * BENCH_NSIZES + s) * R + r] =
 						hx_submit_cost(hx_at(p),
-							       bench_sizes[s], dur);
+							       bench_sizes[s],
+							       dur);
 	const char *metrics[BENCH_NSIZES], *labels[BENCH_NSIZES];
 	static char mbuf[BENCH_NSIZES][32], lbuf[BENCH_NSIZES][32];
 	unsigned nm = 0;
@@ -236,12 +248,15 @@ void bench_scen_dispatch(void)
 		metrics[nm] = mbuf[s];
 		labels[nm++] = lbuf[s];
 		for (size_t p = 0; p < np; p++)
-			bench_fig_add("submit call", mbuf[s], hx_at(p)->ops->name,
-				      bench_median(&v[(p * BENCH_NSIZES + s) * R], R),
-				      "ns", BENCH_LOWER);
+			bench_fig_add(
+				"submit call", mbuf[s], hx_at(p)->ops->name,
+				bench_median(&v[(p * BENCH_NSIZES + s) * R], R),
+				"ns", BENCH_LOWER);
 	}
-	fprintf(bench_opt.out, "\n== submit call cost vs batch size: time until "
-		"fanout_dispatch() / the peer's submit returns, ns (median) ==\n");
+	fprintf(bench_opt.out,
+		"\n== submit call cost vs batch size: time until "
+		"fanout_dispatch() / the peer's submit returns, ns (median) "
+		"==\n");
 	print_grid("submit call", metrics, labels, nm, false, 1, "batch");
 	free(v);
 }
@@ -274,8 +289,8 @@ void bench_scen_latency(void)
 		bench_py_latency(nhot, 0, hot[np]);
 		bench_py_latency(npark, gap, park[np]);
 	}
-	static const double qs[] = { 0.5, 0.99, 0.999, 1.0 };
-	static const char *qn[] = { "p50", "p99", "p999", "max" };
+	static const double qs[] = {0.5, 0.99, 0.999, 1.0};
+	static const char *qn[] = {"p50", "p99", "p999", "max"};
 	for (size_t p = 0; p <= np; p++) {
 		const char *name = p < np ? hx_at(p)->ops->name : "python-tpe";
 		if (hot[p]->count == 0)
@@ -290,15 +305,18 @@ void bench_scen_latency(void)
 		}
 	}
 	FILE *f = bench_opt.out;
-	fprintf(f, "\n== single-child latency, closed loop: submit call -> join "
+	fprintf(f,
+		"\n== single-child latency, closed loop: submit call -> join "
 		"returns on the same thread, us ==\n"
-		"   hot: back to back, %u x %u samples; parked: 2 ms idle before "
-		"each, %u x %u samples\n", R, nhot, R, npark);
-	static const char *const hm[] = { "p50", "p99", "p999", "max" };
-	static const char *const hl[] = { "hot p50", "hot p99", "hot p999",
-					  "hot max" };
-	static const char *const pl[] = { "parked p50", "parked p99",
-					  "parked p999", "parked max" };
+		"   hot: back to back, %u x %u samples; parked: 2 ms idle "
+		"before "
+		"each, %u x %u samples\n",
+		R, nhot, R, npark);
+	static const char *const hm[] = {"p50", "p99", "p999", "max"};
+	static const char *const hl[] = {"hot p50", "hot p99", "hot p999",
+					 "hot max"};
+	static const char *const pl[] = {"parked p50", "parked p99",
+					 "parked p999", "parked max"};
 	print_grid("latency hot", hm, hl, 4, false, 1e3, "us");
 	print_grid("latency parked", hm, pl, 4, false, 1e3, "us");
 	for (size_t p = 0; p <= np; p++) {
@@ -325,7 +343,7 @@ static double serial_rate(const struct bwork *w, unsigned n, uint64_t dur)
 
 void bench_scen_work(void)
 {
-	static const uint64_t works[] = { 1000, 10000, 100000 };
+	static const uint64_t works[] = {1000, 10000, 100000};
 	const unsigned n = 64;
 	unsigned R = bench_opt.rounds;
 	size_t np = hx_count();
@@ -342,8 +360,8 @@ void bench_scen_work(void)
 		for (size_t i = 0; i < nw; i++) {
 			ser[i * R + r] = serial_rate(&w[i], n, dur / 2);
 			for (size_t p = 0; p < np; p++)
-				v[(p * nw + i) * R + r] =
-					hx_throughput(hx_at(p), n, 1, &w[i], dur);
+				v[(p * nw + i) * R + r] = hx_throughput(
+					hx_at(p), n, 1, &w[i], dur);
 		}
 	const char *metrics[3], *labels[3];
 	static char mbuf[3][32], lbuf[3][32], ebuf[3][32];
@@ -373,13 +391,18 @@ void bench_scen_work(void)
 				      100.0 * m / ideal, "%", BENCH_HIGHER);
 		}
 	}
-	fprintf(f, "\n== short real work: batch 64 of busy-loop children, "
-		"children/s (median of %u rounds) ==\n", R);
+	fprintf(f,
+		"\n== short real work: batch 64 of busy-loop children, "
+		"children/s (median of %u rounds) ==\n",
+		R);
 	print_grid("work", metrics, labels, nw, true, 1, "child work");
 	const char *cols[16];
 	size_t nc = columns(cols);
-	fprintf(f, "  efficiency = children/s / (%u x the same children run inline "
-		"on one thread; 100%% = no overhead):\n", bench_opt.nthreads);
+	fprintf(f,
+		"  efficiency = children/s / (%u x the same children run "
+		"inline "
+		"on one thread; 100%% = no overhead):\n",
+		bench_opt.nthreads);
 	for (size_t i = 0; i < nw; i++) {
 		char b[32];
 		fprintf(f, "  %-16s", labels[i]);
@@ -391,7 +414,8 @@ void bench_scen_work(void)
 				fprintf(f, " %10.1f%%", e);
 		}
 		fprintf(f, "   (inline: %s/s)\n",
-			bench_si(fig("work", mbuf[i], "inline-1cpu"), b, sizeof(b)));
+			bench_si(fig("work", mbuf[i], "inline-1cpu"), b,
+				 sizeof(b)));
 	}
 	free(v);
 	free(ser);
@@ -403,18 +427,23 @@ void bench_scen_idle(void)
 {
 	static const struct bwork noop;
 	FILE *f = bench_opt.out;
-	uint64_t idle = (uint64_t)(1e9 * (bench_opt.scale < 1 ? 1 : bench_opt.scale));
-	fprintf(f, "\n== idle CPU: a 200 ms burst (batch 64), then %.1f s of no "
-		"work; CPU used by the peer's own threads ==\n", (double)idle / 1e9);
-	fprintf(f, "  %-11s %8s %12s %10s\n", "peer", "threads", "cpu ms", "% of 1 CPU");
+	uint64_t idle =
+		(uint64_t)(1e9 * (bench_opt.scale < 1 ? 1 : bench_opt.scale));
+	fprintf(f,
+		"\n== idle CPU: a 200 ms burst (batch 64), then %.1f s of no "
+		"work; CPU used by the peer's own threads ==\n",
+		(double)idle / 1e9);
+	fprintf(f, "  %-11s %8s %12s %10s\n", "peer", "threads", "cpu ms",
+		"% of 1 CPU");
 	for (size_t p = 0; p < hx_count(); p++) {
 		struct peer_inst *pi = hx_at(p);
 		hx_throughput(pi, 64, 1, &noop, 200000000);
 		uint64_t used = hx_idle_cpu(pi, idle);
 		double pct = 100.0 * (double)used / (double)idle;
-		bench_fig_add("idle", "cpu %", pi->ops->name, pct, "%", BENCH_LOWER);
-		fprintf(f, "  %-11s %8zu %12.3f %10.4f\n", pi->ops->name, pi->ntids,
-			(double)used / 1e6, pct);
+		bench_fig_add("idle", "cpu %", pi->ops->name, pct, "%",
+			      BENCH_LOWER);
+		fprintf(f, "  %-11s %8zu %12.3f %10.4f\n", pi->ops->name,
+			pi->ntids, (double)used / 1e6, pct);
 	}
 	if (bench_py_running()) {
 		bench_py_throughput(64, 1, 200000000);
@@ -422,8 +451,8 @@ void bench_scen_idle(void)
 		if (!isnan(py)) {
 			bench_fig_add("idle", "cpu %", "python-tpe", py, "%",
 				      BENCH_LOWER);
-			fprintf(f, "  %-11s %8s %12.3f %10.4f\n", "python-tpe", "-",
-				py * (double)idle / 1e11, py);
+			fprintf(f, "  %-11s %8s %12.3f %10.4f\n", "python-tpe",
+				"-", py * (double)idle / 1e11, py);
 		}
 	}
 }

@@ -29,8 +29,8 @@ uint64_t bench_now_ns(void)
 
 void bench_sleep_ns(uint64_t ns)
 {
-	struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000ull),
-			       .tv_nsec = (long)(ns % 1000000000ull) };
+	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+			      .tv_nsec = (long)(ns % 1000000000ull)};
 	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
 		;
 }
@@ -242,8 +242,9 @@ void bench_calibrate(void)
 
 struct bwork bench_work_ns(uint64_t ns)
 {
-	struct bwork w = { .iters = (uint64_t)llround((double)ns * bench_iters_per_ns),
-			   .ns = ns };
+	struct bwork w = {
+		.iters = (uint64_t)llround((double)ns * bench_iters_per_ns),
+		.ns = ns};
 	if (ns && w.iters == 0)
 		w.iters = 1;
 	return w;
@@ -257,9 +258,11 @@ __thread struct bench_tcount *bench_tl_count;
 
 struct bench_tcount *bench_tcount_register(void)
 {
-	unsigned i = atomic_fetch_add_explicit(&ncounters, 1, memory_order_relaxed);
+	unsigned i =
+		atomic_fetch_add_explicit(&ncounters, 1, memory_order_relaxed);
 	if (i >= BENCH_MAX_COUNTERS)
-		bench_die("more than %d threads ran children", BENCH_MAX_COUNTERS);
+		bench_die("more than %d threads ran children",
+			  BENCH_MAX_COUNTERS);
 	bench_tl_count = &counters[i];
 	return bench_tl_count;
 }
@@ -314,7 +317,8 @@ uint64_t bench_thread_cpu_ns(pid_t tid)
 	clockid_t id = (clockid_t)(((~(unsigned)tid) << 3) | 6u);
 	struct timespec ts;
 	if (clock_gettime(id, &ts) == 0)
-		return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+		return (uint64_t)ts.tv_sec * 1000000000ull +
+		       (uint64_t)ts.tv_nsec;
 	/* Fallback: utime + stime ticks of /proc/self/task/TID/stat. */
 	char path[64], buf[1024];
 	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
@@ -326,23 +330,26 @@ uint64_t bench_thread_cpu_ns(pid_t tid)
 	buf[len] = 0;
 	char *p = strrchr(buf, ')');
 	unsigned long long ut = 0, st = 0;
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
-			 &ut, &st) != 2)
+	if (!p ||
+	    sscanf(p + 2,
+		   "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+		   &st) != 2)
 		return 0;
 	long hz = sysconf(_SC_CLK_TCK);
 	return (ut + st) * (1000000000ull / (uint64_t)(hz > 0 ? hz : 100));
 }
 
-int bench_futex_wait(_Atomic uint32_t *w, uint32_t val, const struct timespec *ts)
+int bench_futex_wait(_Atomic uint32_t *w, uint32_t val,
+		     const struct timespec *ts)
 {
-	return (int)syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT_PRIVATE, val, ts,
-			    NULL, 0);
+	return (int)syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT_PRIVATE, val,
+			    ts, NULL, 0);
 }
 
 int bench_futex_wake(_Atomic uint32_t *w, int n)
 {
-	return (int)syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_PRIVATE, n, NULL,
-			    NULL, 0);
+	return (int)syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_PRIVATE, n,
+			    NULL, NULL, 0);
 }
 
 /* ------------------------------------------------------------- figures */
@@ -373,7 +380,8 @@ const struct bench_fig *bench_fig_find(const char *scen, const char *metric,
 				       const char *peer)
 {
 	for (size_t i = nfigs; i-- > 0;)
-		if (!strcmp(figs[i].scen, scen) && !strcmp(figs[i].metric, metric) &&
+		if (!strcmp(figs[i].scen, scen) &&
+		    !strcmp(figs[i].metric, metric) &&
 		    !strcmp(figs[i].peer, peer))
 			return &figs[i];
 	return NULL;

@@ -22,18 +22,22 @@ static const char usage[] =
 	"                   dispatch cost, single-child latency (PHASE 1)\n"
 	"  --long           longer sweeps (3x durations, 7 rounds)\n"
 	"  --json           JSON on stdout (the table goes to stderr)\n"
-	"  --rounds N       rounds per figure (default 5, at least 5 reported)\n"
+	"  --rounds N       rounds per figure (default 5, at least 5 "
+	"reported)\n"
 	"  --threads N      threads per engine/pool (default: online CPUs)\n"
 	"  --scale X        multiply every duration by X\n"
 	"  --only LIST      comma list of: limits,orchestrator,throughput,\n"
-	"                   dispatch,latency,work,idle,fanout-latency,openloop,\n"
+	"                   "
+	"dispatch,latency,work,idle,fanout-latency,openloop,\n"
 	"                   records,allocs\n"
 	"  --peers LIST     comma list of peers to start: fanout,fanout_run,\n"
 	"                   mutexpool,libuv,glib,openmp,onetbb (default all)\n"
-	"  --sizes LIST     batch sizes of the sweeps (default 1,8,64,512,4096)\n"
+	"  --sizes LIST     batch sizes of the sweeps (default "
+	"1,8,64,512,4096)\n"
 	"  --out DIR        where plots go (default bench/out)\n"
 	"  --results FILE   the results file (default bench/RESULTS.md)\n"
-	"  --python FILE    the ThreadPoolExecutor script (bench/peer_python.py)\n"
+	"  --python FILE    the ThreadPoolExecutor script "
+	"(bench/peer_python.py)\n"
 	"  --no-python, --no-plots, --no-results, -v/--verbose, -h/--help\n";
 
 /* ---- tee: what goes to the table also goes into a buffer for RESULTS.md */
@@ -89,21 +93,24 @@ static ssize_t tee_write(void *c, const char *data, size_t n)
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{ "quick", no_argument, 0, 'q' },    { "long", no_argument, 0, 'L' },
-		{ "json", no_argument, 0, 'j' },     { "rounds", required_argument, 0, 'r' },
-		{ "threads", required_argument, 0, 't' },
-		{ "scale", required_argument, 0, 's' },
-		{ "only", required_argument, 0, 'o' },
-		{ "out", required_argument, 0, 'O' },
-		{ "results", required_argument, 0, 'R' },
-		{ "python", required_argument, 0, 'P' },
-		{ "peers", required_argument, 0, 'p' },
-		{ "sizes", required_argument, 0, 'S' },
-		{ "no-python", no_argument, 0, 1 }, { "no-plots", no_argument, 0, 2 },
-		{ "no-results", no_argument, 0, 3 },
-		{ "verbose", no_argument, 0, 'v' }, { "help", no_argument, 0, 'h' },
-		{ 0, 0, 0, 0 }
-	};
+		{"quick", no_argument, 0, 'q'},
+		{"long", no_argument, 0, 'L'},
+		{"json", no_argument, 0, 'j'},
+		{"rounds", required_argument, 0, 'r'},
+		{"threads", required_argument, 0, 't'},
+		{"scale", required_argument, 0, 's'},
+		{"only", required_argument, 0, 'o'},
+		{"out", required_argument, 0, 'O'},
+		{"results", required_argument, 0, 'R'},
+		{"python", required_argument, 0, 'P'},
+		{"peers", required_argument, 0, 'p'},
+		{"sizes", required_argument, 0, 'S'},
+		{"no-python", no_argument, 0, 1},
+		{"no-plots", no_argument, 0, 2},
+		{"no-results", no_argument, 0, 3},
+		{"verbose", no_argument, 0, 'v'},
+		{"help", no_argument, 0, 'h'},
+		{0, 0, 0, 0}};
 	bool no_results = false;
 	bench_opt.rounds = 5;
 	bench_opt.nthreads = bench_ncpus();
@@ -114,24 +121,60 @@ int main(int argc, char **argv)
 	int c;
 	while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
 		switch (c) {
-		case 'q': bench_opt.quick = true; break;
-		case 'L': bench_opt.longer = true; break;
-		case 'j': bench_opt.json = true; break;
-		case 'r': bench_opt.rounds = (unsigned)atoi(optarg); break;
-		case 't': bench_opt.nthreads = (unsigned)atoi(optarg); break;
-		case 's': bench_opt.scale = atof(optarg); break;
-		case 'o': bench_opt.only = optarg; break;
-		case 'O': bench_opt.outdir = optarg; break;
-		case 'R': bench_opt.results = optarg; break;
-		case 'P': bench_opt.python = optarg; break;
-		case 'p': bench_opt.peers = optarg; break;
-		case 'S': bench_opt.sizes = optarg; break;
-		case 1: bench_opt.no_python = true; break;
-		case 2: bench_opt.no_plots = true; break;
-		case 3: no_results = true; break;
-		case 'v': bench_opt.verbose = true; break;
-		case 'h': fputs(usage, stdout); return 0;
-		default: fputs(usage, stderr); return 2;
+		case 'q':
+			bench_opt.quick = true;
+			break;
+		case 'L':
+			bench_opt.longer = true;
+			break;
+		case 'j':
+			bench_opt.json = true;
+			break;
+		case 'r':
+			bench_opt.rounds = (unsigned)atoi(optarg);
+			break;
+		case 't':
+			bench_opt.nthreads = (unsigned)atoi(optarg);
+			break;
+		case 's':
+			bench_opt.scale = atof(optarg);
+			break;
+		case 'o':
+			bench_opt.only = optarg;
+			break;
+		case 'O':
+			bench_opt.outdir = optarg;
+			break;
+		case 'R':
+			bench_opt.results = optarg;
+			break;
+		case 'P':
+			bench_opt.python = optarg;
+			break;
+		case 'p':
+			bench_opt.peers = optarg;
+			break;
+		case 'S':
+			bench_opt.sizes = optarg;
+			break;
+		case 1:
+			bench_opt.no_python = true;
+			break;
+		case 2:
+			bench_opt.no_plots = true;
+			break;
+		case 3:
+			no_results = true;
+			break;
+		case 'v':
+			bench_opt.verbose = true;
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			return 0;
+		default:
+			fputs(usage, stderr);
+			return 2;
 		}
 	}
 	if (bench_opt.longer) {
@@ -139,14 +182,14 @@ int main(int argc, char **argv)
 		if (bench_opt.rounds < 7)
 			bench_opt.rounds = 7;
 	}
-	if (bench_opt.rounds < 1 || bench_opt.rounds > 60 || bench_opt.nthreads < 1 ||
-	    !(bench_opt.scale > 0)) {
+	if (bench_opt.rounds < 1 || bench_opt.rounds > 60 ||
+	    bench_opt.nthreads < 1 || !(bench_opt.scale > 0)) {
 		fputs(usage, stderr);
 		return 2;
 	}
 
-	struct tee tee = { .real = bench_opt.json ? stderr : stdout };
-	cookie_io_functions_t io = { .write = tee_write };
+	struct tee tee = {.real = bench_opt.json ? stderr : stdout};
+	cookie_io_functions_t io = {.write = tee_write};
 	bench_opt.out = fopencookie(&tee, "w", io);
 	if (!bench_opt.out)
 		bench_die("fopencookie failed");
@@ -158,13 +201,17 @@ int main(int argc, char **argv)
 	t_scen = bench_now_ns();
 	loadavg(bench_opt.load_start, sizeof(bench_opt.load_start));
 	FILE *f = bench_opt.out;
-	fprintf(f, "fanout-bench: %s, %u CPUs, %s\n", model, bench_ncpus(), kernel);
-	fprintf(f, "  load average at start: %s (other work on the machine skews "
+	fprintf(f, "fanout-bench: %s, %u CPUs, %s\n", model, bench_ncpus(),
+		kernel);
+	fprintf(f,
+		"  load average at start: %s (other work on the machine skews "
 		"absolute figures;\n  peers take turns inside each round, so "
-		"ratios suffer less)\n", bench_opt.load_start);
-	fprintf(f, "  %u threads per engine/pool, %u rounds (medians reported), "
-		"busy loop %.2f iterations/ns%s\n", bench_opt.nthreads,
-		bench_opt.rounds, bench_iters_per_ns,
+		"ratios suffer less)\n",
+		bench_opt.load_start);
+	fprintf(f,
+		"  %u threads per engine/pool, %u rounds (medians reported), "
+		"busy loop %.2f iterations/ns%s\n",
+		bench_opt.nthreads, bench_opt.rounds, bench_iters_per_ns,
 		bench_opt.quick ? ", --quick: fanout only" : "");
 
 	if (bench_opt.quick) {
@@ -199,9 +246,10 @@ int main(int argc, char **argv)
 			bench_orchestrator();
 			took("orchestrator");
 		}
-		bool peers = bench_want("throughput") || bench_want("dispatch") ||
-			     bench_want("latency") || bench_want("openloop") ||
-			     bench_want("work") || bench_want("idle");
+		bool peers = bench_want("throughput") ||
+			     bench_want("dispatch") || bench_want("latency") ||
+			     bench_want("openloop") || bench_want("work") ||
+			     bench_want("idle");
 		if (peers)
 			hx_start_all(false);
 		took("peer start");
@@ -249,8 +297,8 @@ int main(int argc, char **argv)
 		}
 		bench_report_bars();
 		/* partial runs leave the plots of the last full run alone */
-		if (!bench_opt.no_plots && !bench_opt.only && !bench_opt.peers &&
-		    !bench_opt.sizes)
+		if (!bench_opt.no_plots && !bench_opt.only &&
+		    !bench_opt.peers && !bench_opt.sizes)
 			bench_report_plots();
 	}
 	loadavg(bench_opt.load_end, sizeof(bench_opt.load_end));

@@ -18,7 +18,7 @@ struct gl_batch {
 	const struct bwork *w;
 	struct gl_child {
 		struct gl_batch *b;
-	} *kids;
+	} * kids;
 	unsigned max;
 };
 
@@ -38,8 +38,8 @@ static void gl_func(gpointer data, gpointer user)
 static int gl_create(unsigned nthreads, void **out)
 {
 	GError *err = NULL;
-	GThreadPool *pool = g_thread_pool_new(gl_func, NULL, (gint)nthreads, TRUE,
-					      &err);
+	GThreadPool *pool =
+		g_thread_pool_new(gl_func, NULL, (gint)nthreads, TRUE, &err);
 	if (!pool) {
 		fprintf(stderr, "fanout-bench: g_thread_pool_new: %s\n",
 			err ? err->message : "?");
@@ -86,7 +86,8 @@ static void gl_submit(void *ctx, void *bp, unsigned n, const struct bwork *w)
 	for (unsigned i = 0; i < n; i++) {
 		GError *err = NULL;
 		if (!g_thread_pool_push(ctx, &b->kids[i], &err))
-			bench_die("g_thread_pool_push: %s", err ? err->message : "?");
+			bench_die("g_thread_pool_push: %s",
+				  err ? err->message : "?");
 	}
 }
 

@@ -35,7 +35,7 @@ struct mp_batch {
 	const struct bwork *w;
 	struct mp_child {
 		struct mp_batch *b;
-	} *kids;
+	} * kids;
 	unsigned max;
 };
 
@@ -64,7 +64,7 @@ static void mp_add(struct mp_pool *p, void (*fn)(void *), void *arg)
 	pthread_mutex_lock(&p->lock);
 	while (p->count == p->cap)
 		pthread_cond_wait(&p->nonfull, &p->lock);
-	p->ring[(p->head + p->count) % p->cap] = (struct mp_task){ fn, arg };
+	p->ring[(p->head + p->count) % p->cap] = (struct mp_task){fn, arg};
 	p->count++;
 	pthread_cond_signal(&p->nonempty);
 	pthread_mutex_unlock(&p->lock);

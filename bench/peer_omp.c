@@ -78,7 +78,7 @@ static void om_submit(void *ctx, void *bp, unsigned n, const struct bwork *w)
 	char *tag = &b->tag;
 	(void)tag;
 	for (unsigned i = 0; i < n; i++) {
-#pragma omp task firstprivate(w) depend(in: tag[0])
+#pragma omp task firstprivate(w) depend(in : tag[0])
 		bench_child(w);
 	}
 }
@@ -88,12 +88,13 @@ static void om_join(void *ctx, void *bp)
 	struct omp_batch *b = bp;
 	char *tag = &b->tag;
 	(void)tag;
-#pragma omp taskwait depend(inout: tag[0])
+#pragma omp taskwait depend(inout : tag[0])
 }
 
 const struct peer_ops peer_omp = {
 	.name = "openmp",
-	.desc = "libgomp tasks in a taskgroup (taskwait depend when >1 in flight)",
+	.desc = "libgomp tasks in a taskgroup (taskwait depend when >1 in "
+		"flight)",
 	.create = om_create,
 	.destroy = om_destroy,
 	.enter = om_enter,

@@ -17,7 +17,7 @@ namespace {
 struct tbb_peer {
 	tbb::global_control limit;
 	explicit tbb_peer(unsigned n)
-		: limit(tbb::global_control::max_allowed_parallelism, n)
+	    : limit(tbb::global_control::max_allowed_parallelism, n)
 	{
 	}
 };

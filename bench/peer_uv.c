@@ -92,7 +92,8 @@ static void uvp_submit(void *ctx, void *bp, unsigned n, const struct bwork *w)
 	b->w = w;
 	b->left = n;
 	for (unsigned i = 0; i < n; i++) {
-		int rc = uv_queue_work(&p->loop, &b->reqs[i], uvp_work, uvp_after);
+		int rc = uv_queue_work(&p->loop, &b->reqs[i], uvp_work,
+				       uvp_after);
 		if (rc)
 			bench_die("uv_queue_work: %s", uv_strerror(rc));
 	}

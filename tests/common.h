@@ -46,13 +46,13 @@
 
 static atomic_int tc_failures;
 
-#define CHECK(cond)                                                        \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			atomic_fetch_add(&tc_failures, 1);                 \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n",       \
-				__FILE__, __LINE__, #cond);                \
-		}                                                          \
+#define CHECK(cond)                                                            \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			atomic_fetch_add(&tc_failures, 1);                     \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, \
+				__LINE__, #cond);                              \
+		}                                                              \
 	} while (0)
 
 static inline int tc_teardown(void **state)
@@ -82,7 +82,7 @@ static inline uint64_t mono_ms(void)
 
 static inline void sleep_us(unsigned us)
 {
-	struct timespec ts = { us / 1000000u, (long)(us % 1000000u) * 1000 };
+	struct timespec ts = {us / 1000000u, (long)(us % 1000000u) * 1000};
 
 	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
 		;
@@ -124,24 +124,24 @@ static inline bool wait_flag(atomic_int *p, int ms)
  */
 struct probe {
 	/* behaviour */
-	int ret;                 /* returned (unless until_interrupted) */
-	const char *summary;     /* fanout_set_summary() if non-NULL */
-	const char *error;       /* fanout_set_error() if non-NULL */
-	double cost;             /* fanout_add_cost() if > 0 */
-	atomic_int *gate;        /* wait until *gate != 0 first */
-	bool until_interrupted;  /* loop until fanout_interrupted(), then
+	int ret;		/* returned (unless until_interrupted) */
+	const char *summary;	/* fanout_set_summary() if non-NULL */
+	const char *error;	/* fanout_set_error() if non-NULL */
+	double cost;		/* fanout_add_cost() if > 0 */
+	atomic_int *gate;	/* wait until *gate != 0 first */
+	bool until_interrupted; /* loop until fanout_interrupted(), then
 				    return -ECANCELED */
-	unsigned sleep_us;       /* sleep this long before returning */
-	atomic_int *cur, *max;   /* concurrency meter (may be NULL) */
+	unsigned sleep_us;	/* sleep this long before returning */
+	atomic_int *cur, *max;	/* concurrency meter (may be NULL) */
 	/* observations */
-	atomic_int runs;         /* times the child started */
-	atomic_int finished;     /* times the child returned */
+	atomic_int runs;     /* times the child started */
+	atomic_int finished; /* times the child returned */
 	unsigned index;
 	unsigned depth;
 	fanout_id id;
 	pthread_t thread;
-	bool interrupted_seen;   /* fanout_interrupted() just before return */
-	int plain;               /* a plain write, read after the event */
+	bool interrupted_seen; /* fanout_interrupted() just before return */
+	int plain;	       /* a plain write, read after the event */
 };
 
 static inline void meter_enter(atomic_int *cur, atomic_int *max)
@@ -308,7 +308,7 @@ static inline struct fanout_engine *engine_with(const struct fanout_config *c)
 }
 
 /* NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN, ...) */
-#define NEW_ENGINE(...) engine_with(&(struct fanout_config){ __VA_ARGS__ })
+#define NEW_ENGINE(...) engine_with(&(struct fanout_config){__VA_ARGS__})
 
 static inline struct fanout_stats stats_of(struct fanout_engine *e)
 {
@@ -390,14 +390,14 @@ static inline void join(pthread_t t)
 }
 
 /* Does @hay contain @needle?  (assert helper with a readable message) */
-#define assert_contains(hay, needle)                                        \
-	do {                                                                \
-		const char *h_ = (hay), *n_ = (needle);                     \
-		if (!h_ || !strstr(h_, n_)) {                              \
-			print_error("expected \"%s\" in:\n%s\n", n_,        \
-				    h_ ? h_ : "(null)");                    \
-			fail();                                             \
-		}                                                           \
+#define assert_contains(hay, needle)                                           \
+	do {                                                                   \
+		const char *h_ = (hay), *n_ = (needle);                        \
+		if (!h_ || !strstr(h_, n_)) {                                  \
+			print_error("expected \"%s\" in:\n%s\n", n_,           \
+				    h_ ? h_ : "(null)");                       \
+			fail();                                                \
+		}                                                              \
 	} while (0)
 
 #endif /* FANOUT_TESTS_COMMON_H */

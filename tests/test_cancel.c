@@ -46,15 +46,14 @@ static void cancel_einval(void **state)
 	assert_int_equal(fanout_cancel(NULL, id, FANOUT_CANCEL_PENDING),
 			 -EINVAL);
 	assert_int_equal(fanout_cancel(e, 0, FANOUT_CANCEL_PENDING), -EINVAL);
-	assert_int_equal(fanout_cancel(e, 0, FANOUT_CANCEL_INTERRUPT),
-			 -EINVAL);
+	assert_int_equal(fanout_cancel(e, 0, FANOUT_CANCEL_INTERRUPT), -EINVAL);
 	assert_int_equal(fanout_cancel(e, id, 0), -EINVAL);
 	assert_int_equal(fanout_cancel(e, id, 0x4), -EINVAL);
 	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_PENDING | 0x8),
 			 -EINVAL);
-	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT |
-						      0x80000000u),
-			 -EINVAL);
+	assert_int_equal(
+		fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT | 0x80000000u),
+		-EINVAL);
 	/* nothing changed */
 	assert_int_equal(fanout_lookup(e, id, &info), 0);
 	assert_false(info.cancelled);
@@ -84,8 +83,7 @@ static void cancel_enoent(void **state)
 	assert_true(other != 0 && other != id);
 	assert_int_equal(fanout_cancel(e, other, FANOUT_CANCEL_INTERRUPT),
 			 -ENOENT);
-	assert_int_equal(fanout_cancel(e, ~id, FANOUT_CANCEL_PENDING),
-			 -ENOENT);
+	assert_int_equal(fanout_cancel(e, ~id, FANOUT_CANCEL_PENDING), -ENOENT);
 	struct fanout_event *ev = must_wait(fanout_default_sink(e));
 	assert_false(ev->cancelled);
 	fanout_event_free(ev);
@@ -353,17 +351,19 @@ static void cancel_races_completion(void **state)
 		/* aim the cancel at different moments of the batch's life */
 		if (k & 1)
 			sleep_us((unsigned)(k % 13) * 5);
-		int rc = fanout_cancel(e, id, (k & 2) ? FANOUT_CANCEL_INTERRUPT
-						      : FANOUT_CANCEL_PENDING);
+		int rc = fanout_cancel(e, id,
+				       (k & 2) ? FANOUT_CANCEL_INTERRUPT :
+						 FANOUT_CANCEL_PENDING);
 		assert_true(rc == 0 || rc == -EALREADY);
 		took += rc == 0;
 		struct fanout_event *ev = must_wait(fanout_default_sink(e));
 		assert_true(ev->id == id);
 		if (ev->cancelled != (rc == 0)) {
 			if (!mismatch++)
-				print_error("iteration %d: fanout_cancel returned "
-					    "%d but event.cancelled is %d\n",
-					    k, rc, ev->cancelled);
+				print_error(
+					"iteration %d: fanout_cancel returned "
+					"%d but event.cancelled is %d\n",
+					k, rc, ev->cancelled);
 		}
 		unsigned ran = 0;
 		for (unsigned i = 0; i < 8; i++) {
@@ -371,8 +371,8 @@ static void cancel_races_completion(void **state)
 
 			assert_int_equal(r->index, i);
 			if (r->status == FANOUT_COMPLETED) {
-				assert_int_equal(atomic_load(&tb->probes[i].runs),
-						 1);
+				assert_int_equal(
+					atomic_load(&tb->probes[i].runs), 1);
 				ran++;
 			} else {
 				assert_true(rc == 0);
@@ -382,9 +382,10 @@ static void cancel_races_completion(void **state)
 		assert_int_equal(ran, (unsigned)tb_runs(tb));
 		assert_int_equal(fanout_lookup(e, id, &info), 0);
 		if (info.cancelled != (rc == 0) && !lmismatch++)
-			print_error("iteration %d: fanout_cancel returned %d but "
-				    "lookup says cancelled=%d\n", k, rc,
-				    info.cancelled);
+			print_error(
+				"iteration %d: fanout_cancel returned %d but "
+				"lookup says cancelled=%d\n",
+				k, rc, info.cancelled);
 		fanout_event_free(ev);
 		tb_free(tb);
 	}
@@ -428,8 +429,8 @@ static void *runner_thread(void *arg)
 	struct fanout_task t[3];
 
 	for (int i = 0; i < 3; i++)
-		t[i] = (struct fanout_task){ "spin", idspin_fn, &r->spin };
-	struct fanout_batch b = { .tasks = t, .ntasks = 3 };
+		t[i] = (struct fanout_task){"spin", idspin_fn, &r->spin};
+	struct fanout_batch b = {.tasks = t, .ntasks = 3};
 	r->rc = fanout_run(r->e, &b, &r->ev);
 	return NULL;
 }
@@ -438,7 +439,7 @@ static void cancel_synchronous_run(void **state)
 {
 	struct fanout_engine *e =
 		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
-	struct runner r = { .e = e };
+	struct runner r = {.e = e};
 	struct fanout_info info;
 
 	pthread_t t = spawn(runner_thread, &r);

@@ -50,7 +50,7 @@ static void capacity_max_async_busy(void **state)
 	assert_true(id[N] != 0);
 	assert_int_equal(fanout_dispatch(e, &tb[0]->b, NULL), -EBUSY);
 
-	int seen[N + 1] = { 0 };
+	int seen[N + 1] = {0};
 	seen[0] = 1;
 	for (int i = 1; i < N; i++)
 		atomic_store(&gate[i], 1);
@@ -79,9 +79,9 @@ static void capacity_slot_released_before_event(void **state)
 	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .max_async = 1,
 					     .flags = FANOUT_NO_PIN);
 	atomic_int count = 0;
-	struct fanout_task t[2] = { { "a", count_fn, &count },
-				    { "b", count_fn, &count } };
-	struct fanout_batch b = { .tasks = t, .ntasks = 2 };
+	struct fanout_task t[2] = {{"a", count_fn, &count},
+				   {"b", count_fn, &count}};
+	struct fanout_batch b = {.tasks = t, .ntasks = 2};
 
 	for (int i = 0; i < 300; i++) {
 		fanout_id id = 0;
@@ -236,14 +236,15 @@ static void capacity_max_children_allows_parallel(void **state)
 	if (best < 2) {
 		struct fanout_stats st = stats_of(e);
 
-		print_error("never 2 children at once; per worker: run %llu/%llu "
-			    "parks %llu/%llu wakeups %llu/%llu\n",
-			    (unsigned long long)st.worker[0].children_run,
-			    (unsigned long long)st.worker[1].children_run,
-			    (unsigned long long)st.worker[0].parks,
-			    (unsigned long long)st.worker[1].parks,
-			    (unsigned long long)st.worker[0].wakeups,
-			    (unsigned long long)st.worker[1].wakeups);
+		print_error(
+			"never 2 children at once; per worker: run %llu/%llu "
+			"parks %llu/%llu wakeups %llu/%llu\n",
+			(unsigned long long)st.worker[0].children_run,
+			(unsigned long long)st.worker[1].children_run,
+			(unsigned long long)st.worker[0].parks,
+			(unsigned long long)st.worker[1].parks,
+			(unsigned long long)st.worker[0].wakeups,
+			(unsigned long long)st.worker[1].wakeups);
 	}
 	assert_true(best > 1);
 	fanout_destroy(e);
@@ -324,7 +325,7 @@ static void capacity_small_ring_never_overflows(void **state)
 	assert_int_equal(stats_of(e).rejected, busy);
 	atomic_store(&gate, 1);
 
-	int seen[MAXA + 1] = { 0 };
+	int seen[MAXA + 1] = {0};
 	for (int k = 0; k <= accepted; k++) {
 		struct fanout_event *ev = must_wait(fanout_default_sink(e));
 

@@ -8,8 +8,8 @@
 static struct fanout_event *run_one(struct fanout_engine *e, fanout_fn fn,
 				    void *arg)
 {
-	struct fanout_task t = { "one", fn, arg };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct fanout_task t = {"one", fn, arg};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	struct fanout_event *ev = NULL;
 
 	assert_int_equal(fanout_run(e, &b, &ev), 0);
@@ -42,7 +42,7 @@ static int summary_replace_fn(struct fanout_child *c, void *arg)
 static int summary_partial_fn(struct fanout_child *c, void *arg)
 {
 	struct sumcase *s = arg;
-	char buf[6] = { 'a', 'b', 'c', 'd', 'e', 'f' }; /* no NUL */
+	char buf[6] = {'a', 'b', 'c', 'd', 'e', 'f'}; /* no NUL */
 
 	s->rc[0] = fanout_set_summary(c, buf, 3);
 	memset(buf, 'z', sizeof(buf)); /* copied: ours to scribble on */
@@ -82,7 +82,7 @@ static int summary_max_fn(struct fanout_child *c, void *arg)
 static void child_summary_replaced(void **state)
 {
 	struct fanout_engine *e = eng();
-	struct sumcase s = { .rc = { 1, 1 } };
+	struct sumcase s = {.rc = {1, 1}};
 	struct fanout_event *ev = run_one(e, summary_replace_fn, &s);
 
 	assert_int_equal(s.rc[0], 0);
@@ -95,7 +95,7 @@ static void child_summary_replaced(void **state)
 static void child_summary_not_nul_terminated(void **state)
 {
 	struct fanout_engine *e = eng();
-	struct sumcase s = { .rc = { 1 } };
+	struct sumcase s = {.rc = {1}};
 	struct fanout_event *ev = run_one(e, summary_partial_fn, &s);
 
 	assert_int_equal(s.rc[0], 0);
@@ -108,7 +108,7 @@ static void child_summary_not_nul_terminated(void **state)
 static void child_summary_len_zero(void **state)
 {
 	struct fanout_engine *e = eng();
-	struct sumcase s = { .rc = { 1, 1 } };
+	struct sumcase s = {.rc = {1, 1}};
 	struct fanout_event *ev = run_one(e, summary_empty_fn, &s);
 
 	assert_int_equal(s.rc[0], 0);
@@ -123,7 +123,7 @@ static void child_summary_len_zero(void **state)
 static void child_summary_bad_args(void **state)
 {
 	struct fanout_engine *e = eng();
-	struct sumcase s = { .rc = { 1, 1, 1, 1, 1 } };
+	struct sumcase s = {.rc = {1, 1, 1, 1, 1}};
 
 	s.huge = malloc((size_t)MAX_TEXT + 1);
 	assert_non_null(s.huge);
@@ -144,7 +144,7 @@ static void child_summary_bad_args(void **state)
 static void child_summary_max_length(void **state)
 {
 	struct fanout_engine *e = eng();
-	struct sumcase s = { .rc = { 1, 1 } };
+	struct sumcase s = {.rc = {1, 1}};
 
 	s.huge = malloc(MAX_TEXT);
 	assert_non_null(s.huge);
@@ -198,7 +198,7 @@ static int error_fn(struct fanout_child *c, void *arg)
 static void child_set_error(void **state)
 {
 	struct fanout_engine *e = eng();
-	struct errcase s = { .ret = -EIO };
+	struct errcase s = {.ret = -EIO};
 
 	s.huge = malloc((size_t)MAX_TEXT + 2);
 	assert_non_null(s.huge);
@@ -226,7 +226,7 @@ static void child_set_error(void **state)
 static void child_error_ignored_when_completed(void **state)
 {
 	struct fanout_engine *e = eng();
-	struct errcase s = { .ret = 0 };
+	struct errcase s = {.ret = 0};
 	struct fanout_event *ev = run_one(e, error_fn, &s);
 
 	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
@@ -239,7 +239,7 @@ static void child_error_ignored_when_completed(void **state)
 static void child_error_when_interrupted(void **state)
 {
 	struct fanout_engine *e = eng();
-	struct errcase s = { .ret = -ECANCELED };
+	struct errcase s = {.ret = -ECANCELED};
 	struct fanout_event *ev = run_one(e, error_fn, &s);
 
 	assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
@@ -280,9 +280,9 @@ static void child_add_cost(void **state)
 
 	for (int i = 0; i < 3; i++) {
 		memset(&s[i], 0x55, sizeof(s[i]));
-		t[i] = (struct fanout_task){ "cost", cost_fn, &s[i] };
+		t[i] = (struct fanout_task){"cost", cost_fn, &s[i]};
 	}
-	struct fanout_batch b = { .tasks = t, .ntasks = 3 };
+	struct fanout_batch b = {.tasks = t, .ntasks = 3};
 	assert_int_equal(fanout_dispatch(e, &b, NULL), 0);
 	ev = must_wait(fanout_default_sink(e));
 	for (int i = 0; i < 3; i++) {

@@ -102,9 +102,9 @@ static void delegate_inside_background_child_inline(void **state)
 	struct fanout_engine *e =
 		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
 	struct fanout_sink *s2 = NULL;
-	struct inner in = { .e = e, .tb = tb_new(3) };
-	struct fanout_task t = { "parent", delegating_child, &in };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct inner in = {.e = e, .tb = tb_new(3)};
+	struct fanout_task t = {"parent", delegating_child, &in};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	fanout_id id = 0;
 
 	assert_int_equal(fanout_sink_create(e, &s2), 0);
@@ -130,9 +130,9 @@ static void delegate_inside_run_child_inline(void **state)
 {
 	struct fanout_engine *e =
 		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
-	struct inner in = { .e = e, .tb = tb_new(4) };
-	struct fanout_task t = { "parent", delegating_child, &in };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct inner in = {.e = e, .tb = tb_new(4)};
+	struct fanout_task t = {"parent", delegating_child, &in};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	struct fanout_event *ev = NULL;
 
 	assert_int_equal(fanout_run(e, &b, &ev), 0);
@@ -148,9 +148,9 @@ static void delegate_inside_child_when_full_is_inline(void **state)
 {
 	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .max_async = 1,
 					     .flags = FANOUT_NO_PIN);
-	struct inner in = { .e = e, .tb = tb_new(2) };
-	struct fanout_task t = { "parent", delegating_child, &in };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct inner in = {.e = e, .tb = tb_new(2)};
+	struct fanout_task t = {"parent", delegating_child, &in};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 
 	/* the parent itself holds the only async slot */
 	assert_int_equal(fanout_dispatch(e, &b, NULL), 0);

@@ -47,7 +47,7 @@ static void dispatch_null_batch(void **state)
 static void dispatch_null_tasks(void **state)
 {
 	struct fanout_engine *e = eng2();
-	struct fanout_batch b = { .tasks = NULL, .ntasks = 3 };
+	struct fanout_batch b = {.tasks = NULL, .ntasks = 3};
 	fanout_id id = 0;
 
 	assert_int_equal(fanout_dispatch(e, &b, &id), -EINVAL);
@@ -144,7 +144,7 @@ static void dispatch_strings_copied(void **state)
 {
 	struct fanout_engine *e = eng2();
 	atomic_int gate = 0;
-	char goals[3][16] = { "alpha", "beta", "gamma" };
+	char goals[3][16] = {"alpha", "beta", "gamma"};
 	char ctx[16] = "the-context", key[16] = "session-42";
 	struct probe pr[3];
 	struct fanout_task t[3];
@@ -153,10 +153,13 @@ static void dispatch_strings_copied(void **state)
 	memset(pr, 0, sizeof(pr));
 	for (int i = 0; i < 3; i++) {
 		pr[i].gate = &gate;
-		t[i] = (struct fanout_task){ goals[i], probe_fn, &pr[i] };
+		t[i] = (struct fanout_task){goals[i], probe_fn, &pr[i]};
 	}
-	struct fanout_batch b = { .tasks = t, .ntasks = 3, .context = ctx,
-				  .session_key = key, .user = &user_obj };
+	struct fanout_batch b = {.tasks = t,
+				 .ntasks = 3,
+				 .context = ctx,
+				 .session_key = key,
+				 .user = &user_obj};
 	fanout_id id = 0;
 
 	assert_int_equal(fanout_dispatch(e, &b, &id), 0);
@@ -224,7 +227,7 @@ static void dispatch_summaries_errors_cost(void **state)
 	}
 	tb->probes[1].error = errs[1];
 	tb->probes[1].ret = -EIO;
-	tb->probes[2].ret = -ENOMEM; /* no message set: a description */
+	tb->probes[2].ret = -ENOMEM;   /* no message set: a description */
 	tb->probes[3].error = errs[3]; /* set, but completed: error NULL */
 
 	fanout_id id = must_dispatch(e, tb);
@@ -282,19 +285,19 @@ static enum fanout_status child_status(int ret)
 static void dispatch_status_rules(void **state)
 {
 	static const struct status_case cases[] = {
-		{ 3, { 0, 0, 0 }, FANOUT_COMPLETED },
-		{ 3, { 0, -EIO, 0 }, FANOUT_COMPLETED },
-		{ 2, { -EIO, 0 }, FANOUT_COMPLETED },
-		{ 2, { -EIO, -ENOMEM }, FANOUT_ERROR },
-		{ 1, { -EPERM }, FANOUT_ERROR },
-		{ 2, { -ECANCELED, -ECANCELED }, FANOUT_INTERRUPTED },
-		{ 1, { -ECANCELED }, FANOUT_INTERRUPTED },
-		{ 2, { -EIO, -ECANCELED }, FANOUT_ERROR },
-		{ 3, { -ECANCELED, -EIO, -ECANCELED }, FANOUT_ERROR },
-		{ 2, { 0, -ECANCELED }, FANOUT_COMPLETED },
-		{ 1, { 7 }, FANOUT_ERROR },
-		{ 2, { 1, -ECANCELED }, FANOUT_ERROR },
-		{ 4, { 0, 3, -ECANCELED, -EIO }, FANOUT_COMPLETED },
+		{3, {0, 0, 0}, FANOUT_COMPLETED},
+		{3, {0, -EIO, 0}, FANOUT_COMPLETED},
+		{2, {-EIO, 0}, FANOUT_COMPLETED},
+		{2, {-EIO, -ENOMEM}, FANOUT_ERROR},
+		{1, {-EPERM}, FANOUT_ERROR},
+		{2, {-ECANCELED, -ECANCELED}, FANOUT_INTERRUPTED},
+		{1, {-ECANCELED}, FANOUT_INTERRUPTED},
+		{2, {-EIO, -ECANCELED}, FANOUT_ERROR},
+		{3, {-ECANCELED, -EIO, -ECANCELED}, FANOUT_ERROR},
+		{2, {0, -ECANCELED}, FANOUT_COMPLETED},
+		{1, {7}, FANOUT_ERROR},
+		{2, {1, -ECANCELED}, FANOUT_ERROR},
+		{4, {0, 3, -ECANCELED, -EIO}, FANOUT_COMPLETED},
 	};
 	struct fanout_engine *e = eng2();
 
@@ -409,8 +412,8 @@ static void dispatch_idle_worker_not_left_asleep(void **state)
 	}
 	if (lost >= 0)
 		print_error("engine %d: a worker slept for %d ms while a "
-			    "dispatched child waited in the ring\n", lost,
-			    WAIT_MS);
+			    "dispatched child waited in the ring\n",
+			    lost, WAIT_MS);
 	assert_int_equal(lost, -1);
 }
 
@@ -427,8 +430,8 @@ static void dispatch_ids_unique(void **state)
 	struct fanout_engine *e = eng2();
 	fanout_id ids[ROUNDS * PER], evids[ROUNDS * PER];
 	atomic_int count = 0;
-	struct fanout_task t = { "count", count_fn, &count };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct fanout_task t = {"count", count_fn, &count};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 
 	for (int r = 0; r < ROUNDS; r++) {
 		for (int i = 0; i < PER; i++) {
@@ -458,7 +461,7 @@ static void dispatch_ids_unique(void **state)
 
 static void dispatch_batch_sizes(void **state)
 {
-	static const unsigned sizes[] = { 1, 2, 3, 63, 64, 65, 1000, 4096 };
+	static const unsigned sizes[] = {1, 2, 3, 63, 64, 65, 1000, 4096};
 	struct fanout_engine *e = eng2();
 
 	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
@@ -474,8 +477,8 @@ static void dispatch_batch_sizes(void **state)
 	assert_no_event(fanout_default_sink(e));
 	struct fanout_stats st = stats_of(e);
 	assert_int_equal(st.dispatched, 8);
-	assert_int_equal(st.children_run, 1 + 2 + 3 + 63 + 64 + 65 + 1000 +
-						  4096);
+	assert_int_equal(st.children_run,
+			 1 + 2 + 3 + 63 + 64 + 65 + 1000 + 4096);
 	fanout_destroy(e);
 }
 

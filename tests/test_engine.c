@@ -51,7 +51,7 @@ static void create_null_cfg_uses_defaults(void **state)
 
 static void create_null_out_einval(void **state)
 {
-	struct fanout_config cfg = { .workers = 1 };
+	struct fanout_config cfg = {.workers = 1};
 
 	assert_int_equal(fanout_create(&cfg, NULL), -EINVAL);
 	assert_int_equal(fanout_create(NULL, NULL), -EINVAL);
@@ -76,71 +76,75 @@ static void expect_ok(struct fanout_config cfg)
 
 static void create_unknown_flags(void **state)
 {
-	expect_einval((struct fanout_config){ .workers = 1, .flags = 0x2 });
-	expect_einval((struct fanout_config){ .workers = 1,
-					      .flags = FANOUT_NO_PIN | 0x80 });
+	expect_einval((struct fanout_config){.workers = 1, .flags = 0x2});
+	expect_einval((struct fanout_config){.workers = 1,
+					     .flags = FANOUT_NO_PIN | 0x80});
 	expect_einval(
-		(struct fanout_config){ .workers = 1, .flags = 0x80000000u });
+		(struct fanout_config){.workers = 1, .flags = 0x80000000u});
 }
 
 static void create_workers_too_many(void **state)
 {
-	expect_einval((struct fanout_config){ .workers = 1025,
-					      .flags = FANOUT_NO_PIN });
-	expect_einval((struct fanout_config){ .workers = UINT_MAX,
-					      .flags = FANOUT_NO_PIN });
+	expect_einval((struct fanout_config){.workers = 1025,
+					     .flags = FANOUT_NO_PIN});
+	expect_einval((struct fanout_config){.workers = UINT_MAX,
+					     .flags = FANOUT_NO_PIN});
 }
 
 static void create_max_depth_range(void **state)
 {
-	expect_einval((struct fanout_config){ .workers = 1, .max_depth = 65 });
+	expect_einval((struct fanout_config){.workers = 1, .max_depth = 65});
 	expect_einval(
-		(struct fanout_config){ .workers = 1, .max_depth = UINT_MAX });
-	expect_ok((struct fanout_config){ .workers = 1, .flags = FANOUT_NO_PIN,
-					  .max_depth = 64 });
+		(struct fanout_config){.workers = 1, .max_depth = UINT_MAX});
+	expect_ok((struct fanout_config){
+		.workers = 1, .flags = FANOUT_NO_PIN, .max_depth = 64});
 }
 
 static void create_max_tasks_range(void **state)
 {
-	expect_einval((struct fanout_config){ .workers = 1,
-					      .max_tasks = (1u << 24) + 1 });
+	expect_einval((struct fanout_config){.workers = 1,
+					     .max_tasks = (1u << 24) + 1});
 	expect_einval(
-		(struct fanout_config){ .workers = 1, .max_tasks = UINT_MAX });
-	expect_ok((struct fanout_config){ .workers = 1, .flags = FANOUT_NO_PIN,
-					  .max_tasks = 1u << 24 });
+		(struct fanout_config){.workers = 1, .max_tasks = UINT_MAX});
+	expect_ok((struct fanout_config){
+		.workers = 1, .flags = FANOUT_NO_PIN, .max_tasks = 1u << 24});
 }
 
 static void create_spin_ns_range(void **state)
 {
-	expect_einval((struct fanout_config){
-		.workers = 1, .spin_ns = 1000000000ull + 1 });
-	expect_einval((struct fanout_config){ .workers = 1,
-					      .spin_ns = UINT64_MAX });
-	expect_ok((struct fanout_config){ .workers = 1, .flags = FANOUT_NO_PIN,
-					  .spin_ns = 1000000000ull });
-	expect_ok((struct fanout_config){ .workers = 1, .flags = FANOUT_NO_PIN,
-					  .spin_ns = 1 });
+	expect_einval((struct fanout_config){.workers = 1,
+					     .spin_ns = 1000000000ull + 1});
+	expect_einval(
+		(struct fanout_config){.workers = 1, .spin_ns = UINT64_MAX});
+	expect_ok((struct fanout_config){.workers = 1,
+					 .flags = FANOUT_NO_PIN,
+					 .spin_ns = 1000000000ull});
+	expect_ok((struct fanout_config){
+		.workers = 1, .flags = FANOUT_NO_PIN, .spin_ns = 1});
 }
 
 /* The other documented limits (queue_slots, max_async, max_children,
  * keep_completed); the large valid values are not created here (memory). */
 static void create_other_limits(void **state)
 {
-	expect_einval((struct fanout_config){ .workers = 1,
-					      .queue_slots = (1u << 24) + 1 });
-	expect_einval((struct fanout_config){ .workers = 1,
-					      .queue_slots = UINT_MAX });
-	expect_einval((struct fanout_config){ .workers = 1,
-					      .max_async = (1u << 20) + 1 });
-	expect_einval((struct fanout_config){ .workers = 1,
-					      .max_children = (1u << 24) + 1 });
-	expect_einval((struct fanout_config){
-		.workers = 1, .keep_completed = (1u << 24) + 1 });
-	expect_ok((struct fanout_config){ .workers = 1, .flags = FANOUT_NO_PIN,
-					  .max_children = 1u << 24 });
-	expect_ok((struct fanout_config){ .workers = 2, .flags = FANOUT_NO_PIN,
-					  .queue_slots = 3, .max_async = 5,
-					  .keep_completed = 1 });
+	expect_einval((struct fanout_config){.workers = 1,
+					     .queue_slots = (1u << 24) + 1});
+	expect_einval(
+		(struct fanout_config){.workers = 1, .queue_slots = UINT_MAX});
+	expect_einval((struct fanout_config){.workers = 1,
+					     .max_async = (1u << 20) + 1});
+	expect_einval((struct fanout_config){.workers = 1,
+					     .max_children = (1u << 24) + 1});
+	expect_einval((struct fanout_config){.workers = 1,
+					     .keep_completed = (1u << 24) + 1});
+	expect_ok((struct fanout_config){.workers = 1,
+					 .flags = FANOUT_NO_PIN,
+					 .max_children = 1u << 24});
+	expect_ok((struct fanout_config){.workers = 2,
+					 .flags = FANOUT_NO_PIN,
+					 .queue_slots = 3,
+					 .max_async = 5,
+					 .keep_completed = 1});
 }
 
 static void create_no_pin(void **state)
@@ -248,7 +252,7 @@ static void status_names(void **state)
 			    "interrupted");
 	assert_string_equal(fanout_status_name((enum fanout_status)5),
 			    "unknown");
-	assert_string_equal(fanout_status_name((enum fanout_status)-1),
+	assert_string_equal(fanout_status_name((enum fanout_status) - 1),
 			    "unknown");
 	assert_string_equal(fanout_status_name((enum fanout_status)12345),
 			    "unknown");
@@ -357,7 +361,8 @@ static void destroy_joins_threads(void **state)
 	int after = thread_count_settled(running - 3);
 	if (after > running - 3)
 		print_error("threads: %d before create, %d running, %d after "
-			    "shutdown\n", base, running, after);
+			    "shutdown\n",
+			    base, running, after);
 	assert_true(after <= running - 3);
 	fanout_destroy(e);
 	assert_int_equal(thread_count_settled(base), base);

@@ -8,7 +8,7 @@ enum jtype { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
 
 struct jv {
 	enum jtype t;
-	char *s;      /* J_STR: decoded bytes (NUL-terminated); J_NUM: text */
+	char *s; /* J_STR: decoded bytes (NUL-terminated); J_NUM: text */
 	size_t slen;
 	size_t n;     /* J_ARR/J_OBJ: number of members */
 	struct jv *v; /* members */
@@ -131,14 +131,30 @@ static bool jstring(struct jp *p, char **out, size_t *outlen)
 		unsigned cp, lo;
 
 		switch (esc) {
-		case '"': buf[n++] = '"'; break;
-		case '\\': buf[n++] = '\\'; break;
-		case '/': buf[n++] = '/'; break;
-		case 'b': buf[n++] = '\b'; break;
-		case 'f': buf[n++] = '\f'; break;
-		case 'n': buf[n++] = '\n'; break;
-		case 'r': buf[n++] = '\r'; break;
-		case 't': buf[n++] = '\t'; break;
+		case '"':
+			buf[n++] = '"';
+			break;
+		case '\\':
+			buf[n++] = '\\';
+			break;
+		case '/':
+			buf[n++] = '/';
+			break;
+		case 'b':
+			buf[n++] = '\b';
+			break;
+		case 'f':
+			buf[n++] = '\f';
+			break;
+		case 'n':
+			buf[n++] = '\n';
+			break;
+		case 'r':
+			buf[n++] = '\r';
+			break;
+		case 't':
+			buf[n++] = '\t';
+			break;
 		case 'u':
 			if (!hex4(p, &cp)) {
 				free(buf);
@@ -151,7 +167,8 @@ static bool jstring(struct jp *p, char **out, size_t *outlen)
 					return jfail(p, "lone high surrogate");
 				}
 				p->p += 2;
-				if (!hex4(p, &lo) || lo < 0xdc00 || lo > 0xdfff) {
+				if (!hex4(p, &lo) || lo < 0xdc00 ||
+				    lo > 0xdfff) {
 					free(buf);
 					return jfail(p, "bad low surrogate");
 				}
@@ -343,7 +360,7 @@ static bool jvalue(struct jp *p, struct jv *out, int depth)
 /* Parse exactly one JSON value spanning the whole of @s. */
 static bool json_parse(const char *s, size_t len, struct jv *out)
 {
-	struct jp p = { s, s + len, NULL };
+	struct jp p = {s, s + len, NULL};
 	bool ok = jvalue(&p, out, 0);
 
 	if (ok) {
@@ -420,14 +437,15 @@ static void drop_event(struct evfix *f)
 
 static char *format_alloc(const struct fanout_event *ev, bool json)
 {
-	int n = json ? fanout_event_json(ev, NULL, 0) : fanout_format(ev, NULL, 0);
+	int n = json ? fanout_event_json(ev, NULL, 0) :
+		       fanout_format(ev, NULL, 0);
 
 	assert_true(n > 0);
 	char *buf = malloc((size_t)n + 1);
 	assert_non_null(buf);
 	memset(buf, 0x7f, (size_t)n + 1);
-	int m = json ? fanout_event_json(ev, buf, (size_t)n + 1)
-		     : fanout_format(ev, buf, (size_t)n + 1);
+	int m = json ? fanout_event_json(ev, buf, (size_t)n + 1) :
+		       fanout_format(ev, buf, (size_t)n + 1);
 	assert_int_equal(m, n);
 	assert_int_equal(strlen(buf), (size_t)n);
 	return buf;
@@ -457,10 +475,10 @@ static const char *check_task_line(const char *at, const char *prefix,
 
 static void format_text_block(void **state)
 {
-	static const char *goals[] = { "alpha", "beta", "gamma" };
-	static const char *sums[] = { "sum-alpha", NULL, "sum-gamma" };
-	static const char *errs[] = { NULL, "err-beta", NULL };
-	static const int rets[] = { 0, -EIO, 0 };
+	static const char *goals[] = {"alpha", "beta", "gamma"};
+	static const char *sums[] = {"sum-alpha", NULL, "sum-gamma"};
+	static const char *errs[] = {NULL, "err-beta", NULL};
+	static const int rets[] = {0, -EIO, 0};
 	struct evfix f;
 	char id[64];
 
@@ -503,7 +521,7 @@ static void format_text_block(void **state)
 
 static void format_statuses(void **state)
 {
-	static const int rets[] = { -ECANCELED, -ECANCELED };
+	static const int rets[] = {-ECANCELED, -ECANCELED};
 	struct evfix f;
 
 	make_event(&f, 2, NULL, NULL, NULL, rets, NULL, NULL);
@@ -534,14 +552,13 @@ static void format_many_tasks(void **state)
 	drop_event(&f);
 }
 
-static void check_snprintf_semantics(const struct fanout_event *ev,
-				     bool json)
+static void check_snprintf_semantics(const struct fanout_event *ev, bool json)
 {
 	int (*fmt)(const struct fanout_event *, char *, size_t) =
 		json ? fanout_event_json : fanout_format;
 	char *full = format_alloc(ev, json);
 	int n = (int)strlen(full);
-	static const size_t lens[] = { 1, 2, 10, 33 };
+	static const size_t lens[] = {1, 2, 10, 33};
 
 	for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
 		size_t len = lens[k];
@@ -575,7 +592,7 @@ static void check_snprintf_semantics(const struct fanout_event *ev,
 
 static void format_snprintf_semantics(void **state)
 {
-	static const char *sums[] = { "first summary", "second" };
+	static const char *sums[] = {"first summary", "second"};
 	struct evfix f;
 
 	make_event(&f, 2, NULL, sums, NULL, NULL, "ctx", "key");
@@ -585,7 +602,7 @@ static void format_snprintf_semantics(void **state)
 
 static void json_snprintf_semantics(void **state)
 {
-	static const char *sums[] = { "first summary", "second" };
+	static const char *sums[] = {"first summary", "second"};
 	struct evfix f;
 
 	make_event(&f, 2, NULL, sums, NULL, NULL, "ctx", "key");
@@ -595,10 +612,9 @@ static void json_snprintf_semantics(void **state)
 
 /* ---------------------------------------------------------------- json */
 
-static void check_json_event(const struct fanout_event *ev,
-			     const char **goals, const char **sums,
-			     const char **errs, const char *ctx,
-			     const char *key)
+static void check_json_event(const struct fanout_event *ev, const char **goals,
+			     const char **sums, const char **errs,
+			     const char *ctx, const char *key)
 {
 	char *buf = format_alloc(ev, true);
 	size_t len = strlen(buf);
@@ -634,8 +650,8 @@ static void check_json_event(const struct fanout_event *ev,
 
 		assert_int_equal(r->t, J_OBJ);
 		if (goals && !jhas_string(r, goals[i]))
-			fail_msg("result %u lacks goal \"%s\": %s", i,
-				 goals[i], buf);
+			fail_msg("result %u lacks goal \"%s\": %s", i, goals[i],
+				 buf);
 		if (sums && sums[i] && !jhas_string(r, sums[i]))
 			fail_msg("result %u lacks summary: %s", i, buf);
 		if (errs && errs[i] && !jhas_string(r, errs[i]))
@@ -663,8 +679,8 @@ static void json_valid_and_escaped(void **state)
 		NULL,
 		"\x1b[31mansi\x1b[0m",
 	};
-	static const char *errs[] = { NULL, NULL, "err \"x\"\n\x01", NULL };
-	static const int rets[] = { 0, 0, -EIO, 0 };
+	static const char *errs[] = {NULL, NULL, "err \"x\"\n\x01", NULL};
+	static const int rets[] = {0, 0, -EIO, 0};
 	struct evfix f;
 
 	make_event(&f, 4, goals, sums, errs, rets, "ctx \"quoted\"\n\\",
@@ -676,7 +692,7 @@ static void json_valid_and_escaped(void **state)
 
 static void json_nulls_and_statuses(void **state)
 {
-	static const int rets[] = { -ECANCELED, -EIO, 0 };
+	static const int rets[] = {-ECANCELED, -EIO, 0};
 	struct evfix f;
 
 	make_event(&f, 3, NULL, NULL, NULL, rets, NULL, NULL);
@@ -694,7 +710,7 @@ static void json_large_summary(void **state)
 	for (size_t i = 0; i < n; i++)
 		big[i] = "ab\"\\\n\x01"[i % 6];
 	big[n] = '\0';
-	const char *sums[] = { big };
+	const char *sums[] = {big};
 	make_event(&f, 1, NULL, sums, NULL, NULL, NULL, NULL);
 	check_json_event(f.ev, NULL, sums, NULL, NULL, NULL);
 	char *txt = format_alloc(f.ev, false);
@@ -706,9 +722,9 @@ static void json_large_summary(void **state)
 
 /* ------------------------------------------------------------ strerror */
 
-static const int named[] = { EBUSY,     E2BIG,  EINVAL, ENOMEM,
-			     ESHUTDOWN, ELOOP,  ENOENT, EALREADY,
-			     EAGAIN,    ETIMEDOUT, EDEADLK };
+static const int named[] = {EBUSY,     E2BIG,	  EINVAL, ENOMEM,
+			    ESHUTDOWN, ELOOP,	  ENOENT, EALREADY,
+			    EAGAIN,    ETIMEDOUT, EDEADLK};
 
 static void strerror_named_codes(void **state)
 {
@@ -736,8 +752,9 @@ static void strerror_named_codes(void **state)
 
 static void strerror_unknown_codes(void **state)
 {
-	static const int odd[] = { 0, 1, -1, 4095, -4095, 123456, -123456,
-				   INT_MAX, INT_MIN, INT_MIN + 1 };
+	static const int odd[] = {0,	   1,	       -1,	4095,
+				  -4095,   123456,     -123456, INT_MAX,
+				  INT_MIN, INT_MIN + 1};
 
 	for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
 		const char *m = fanout_strerror(odd[i]);
@@ -751,16 +768,11 @@ static void strerror_unknown_codes(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		TC(format_text_block),
-		TC(format_statuses),
-		TC(format_many_tasks),
-		TC(format_snprintf_semantics),
-		TC(json_snprintf_semantics),
-		TC(json_valid_and_escaped),
-		TC(json_nulls_and_statuses),
-		TC(json_large_summary),
-		TC(strerror_named_codes),
-		TC(strerror_unknown_codes),
+		TC(format_text_block),	     TC(format_statuses),
+		TC(format_many_tasks),	     TC(format_snprintf_semantics),
+		TC(json_snprintf_semantics), TC(json_valid_and_escaped),
+		TC(json_nulls_and_statuses), TC(json_large_summary),
+		TC(strerror_named_codes),    TC(strerror_unknown_codes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

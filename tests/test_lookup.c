@@ -150,10 +150,9 @@ static void lookup_final_status(void **state)
 {
 	struct fanout_engine *e =
 		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
-	static const int rets[3] = { -EIO, -ECANCELED, 0 };
+	static const int rets[3] = {-EIO, -ECANCELED, 0};
 	static const enum fanout_status want[3] = {
-		FANOUT_ERROR, FANOUT_INTERRUPTED, FANOUT_COMPLETED
-	};
+		FANOUT_ERROR, FANOUT_INTERRUPTED, FANOUT_COMPLETED};
 
 	for (int k = 0; k < 3; k++) {
 		struct tbatch *tb = tb_new(2);
@@ -199,7 +198,8 @@ static void list_running_and_finished_sorted(void **state)
 	assert_int_equal(infos[1].status, FANOUT_COMPLETED);
 	assert_int_equal(infos[2].status, FANOUT_COMPLETED);
 	for (int i = 0; i < 2; i++)
-		assert_true(infos[i].dispatched_ns >= infos[i + 1].dispatched_ns);
+		assert_true(infos[i].dispatched_ns >=
+			    infos[i + 1].dispatched_ns);
 	for (int i = 0; i < 3; i++) {
 		assert_int_equal(infos[i].ntasks, 2);
 		assert_true(infos[i].background);
@@ -231,8 +231,8 @@ static void list_running_and_finished_sorted(void **state)
 static void finish_one(struct fanout_engine *e)
 {
 	atomic_int count = 0;
-	struct fanout_task t = { "filler", count_fn, &count };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct fanout_task t = {"filler", count_fn, &count};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	fanout_id id = 0;
 
 	assert_int_equal(fanout_dispatch(e, &b, &id), 0);
@@ -280,8 +280,7 @@ static void lookup_keep_completed_prunes(void **state)
 		sleep_ms(1);
 	}
 	assert_int_equal(fanout_lookup(e, ida, &info), -ENOENT);
-	assert_int_equal(fanout_cancel(e, ida, FANOUT_CANCEL_PENDING),
-			 -ENOENT);
+	assert_int_equal(fanout_cancel(e, ida, FANOUT_CANCEL_PENDING), -ENOENT);
 	size_t n = 0;
 	assert_int_equal(fanout_list(e, NULL, 0, &n), 0);
 	assert_true(n < 24); /* pruning happened in the listing too */
@@ -386,8 +385,8 @@ static int selfcheck_fn(struct fanout_child *c, void *arg)
 
 	s->rc = fanout_lookup(s->e, fanout_child_id(c), &s->info);
 	if (s->nest) {
-		struct fanout_task t = { "inner", selfcheck_fn, s->inner };
-		struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+		struct fanout_task t = {"inner", selfcheck_fn, s->inner};
+		struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 		struct fanout_event *ev = NULL;
 
 		CHECK(fanout_run(s->e, &b, &ev) == 0);
@@ -400,11 +399,11 @@ static void lookup_sync_records(void **state)
 {
 	struct fanout_engine *e =
 		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
-	struct selfcheck inner = { .e = e };
-	struct selfcheck outer = { .e = e, .nest = true, .inner = &inner };
-	struct fanout_task t[2] = { { "outer", selfcheck_fn, &outer },
-				    { "other", probe_fn, &(struct probe){ 0 } } };
-	struct fanout_batch b = { .tasks = t, .ntasks = 2 };
+	struct selfcheck inner = {.e = e};
+	struct selfcheck outer = {.e = e, .nest = true, .inner = &inner};
+	struct fanout_task t[2] = {{"outer", selfcheck_fn, &outer},
+				   {"other", probe_fn, &(struct probe){0}}};
+	struct fanout_batch b = {.tasks = t, .ntasks = 2};
 	struct fanout_event *ev = NULL;
 
 	assert_int_equal(fanout_run(e, &b, &ev), 0);
@@ -473,9 +472,9 @@ static void lookup_concurrent_with_pruning(void **state)
 					     .flags = FANOUT_NO_PIN);
 	struct readers *r = calloc(1, sizeof(*r));
 	atomic_int count = 0;
-	struct fanout_task t[2] = { { "a", count_fn, &count },
-				    { "b", count_fn, &count } };
-	struct fanout_batch b = { .tasks = t, .ntasks = 2 };
+	struct fanout_task t[2] = {{"a", count_fn, &count},
+				   {"b", count_fn, &count}};
+	struct fanout_batch b = {.tasks = t, .ntasks = 2};
 	pthread_t th[2];
 
 	assert_non_null(r);

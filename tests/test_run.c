@@ -80,7 +80,7 @@ static void run_bad_input(void **state)
 	tb->b.ntasks = 3;
 	tb->tasks[1].fn = NULL;
 	assert_int_equal(fanout_run(e, &tb->b, &ev), -EINVAL);
-	struct fanout_batch nb = { .tasks = NULL, .ntasks = 1 };
+	struct fanout_batch nb = {.tasks = NULL, .ntasks = 1};
 	assert_int_equal(fanout_run(e, &nb, &ev), -EINVAL);
 	assert_int_equal(tb_runs(tb), 0);
 	struct fanout_stats st = stats_of(e);
@@ -124,8 +124,8 @@ static int nest_fn(struct fanout_child *c, void *arg)
 	sub.levels--;
 	sub.depth++;
 	for (unsigned i = 0; i < n->fan; i++)
-		t[i] = (struct fanout_task){ "nested", nest_fn, &sub };
-	struct fanout_batch b = { .tasks = t, .ntasks = n->fan };
+		t[i] = (struct fanout_task){"nested", nest_fn, &sub};
+	struct fanout_batch b = {.tasks = t, .ntasks = n->fan};
 	int rc = fanout_run(n->e, &b, &ev);
 
 	CHECK(rc == 0);
@@ -160,13 +160,13 @@ static void nested(unsigned workers, unsigned max_depth, int levels,
 		NEW_ENGINE(.workers = workers, .max_depth = max_depth,
 			   .flags = FANOUT_NO_PIN);
 	atomic_int leaves = 0, maxdepth = 0;
-	struct nest top = { e, levels, fan, 1, &leaves, &maxdepth };
+	struct nest top = {e, levels, fan, 1, &leaves, &maxdepth};
 	struct fanout_task t[8];
 	struct fanout_event *ev = NULL;
 
 	for (unsigned i = 0; i < fan; i++)
-		t[i] = (struct fanout_task){ "top", nest_fn, &top };
-	struct fanout_batch b = { .tasks = t, .ntasks = fan };
+		t[i] = (struct fanout_task){"top", nest_fn, &top};
+	struct fanout_batch b = {.tasks = t, .ntasks = fan};
 	if (background) {
 		assert_int_equal(fanout_dispatch(e, &b, NULL), 0);
 		ev = must_wait(fanout_default_sink(e));
@@ -223,8 +223,8 @@ struct tryer {
 static int try_fn(struct fanout_child *c, void *arg)
 {
 	struct tryer *t = arg;
-	struct fanout_task task = { "too-deep", count_fn, &t->count };
-	struct fanout_batch b = { .tasks = &task, .ntasks = 1 };
+	struct fanout_task task = {"too-deep", count_fn, &t->count};
+	struct fanout_batch b = {.tasks = &task, .ntasks = 1};
 	struct fanout_event *ev = NULL;
 	fanout_id id = 0;
 
@@ -251,8 +251,8 @@ struct wrap {
 static int wrap_fn(struct fanout_child *c, void *arg)
 {
 	struct wrap *w = arg;
-	struct fanout_task task = { "wrap", w->fn, w->arg };
-	struct fanout_batch b = { .tasks = &task, .ntasks = 1 };
+	struct fanout_task task = {"wrap", w->fn, w->arg};
+	struct fanout_batch b = {.tasks = &task, .ntasks = 1};
 	struct fanout_event *ev = NULL;
 
 	CHECK(fanout_run(w->e, &b, &ev) == 0);
@@ -269,10 +269,10 @@ static void run_depth_two_refuses_deeper(void **state)
 	/* default max_depth is 2 */
 	struct fanout_engine *e =
 		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
-	struct tryer t = { .e = e };
-	struct wrap w = { e, try_fn, &t };
-	struct fanout_task task = { "top", wrap_fn, &w };
-	struct fanout_batch b = { .tasks = &task, .ntasks = 1 };
+	struct tryer t = {.e = e};
+	struct wrap w = {e, try_fn, &t};
+	struct fanout_task task = {"top", wrap_fn, &w};
+	struct fanout_batch b = {.tasks = &task, .ntasks = 1};
 	struct fanout_event *ev = NULL;
 
 	assert_int_equal(fanout_run(e, &b, &ev), 0);
@@ -295,10 +295,10 @@ static void run_depth_two_from_background(void **state)
 {
 	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .max_depth = 2,
 					     .flags = FANOUT_NO_PIN);
-	struct tryer t = { .e = e };
-	struct wrap w = { e, try_fn, &t };
-	struct fanout_task task = { "top", wrap_fn, &w };
-	struct fanout_batch b = { .tasks = &task, .ntasks = 1 };
+	struct tryer t = {.e = e};
+	struct wrap w = {e, try_fn, &t};
+	struct fanout_task task = {"top", wrap_fn, &w};
+	struct fanout_batch b = {.tasks = &task, .ntasks = 1};
 
 	assert_int_equal(fanout_dispatch(e, &b, NULL), 0);
 	struct fanout_event *ev = must_wait(fanout_default_sink(e));
@@ -316,9 +316,9 @@ static void run_max_depth_one_refuses_nested(void **state)
 {
 	struct fanout_engine *e = NEW_ENGINE(.workers = 1, .max_depth = 1,
 					     .flags = FANOUT_NO_PIN);
-	struct tryer t = { .e = e };
-	struct fanout_task task = { "top", try_fn, &t };
-	struct fanout_batch b = { .tasks = &task, .ntasks = 1 };
+	struct tryer t = {.e = e};
+	struct fanout_task task = {"top", try_fn, &t};
+	struct fanout_batch b = {.tasks = &task, .ntasks = 1};
 	struct fanout_event *ev = NULL;
 
 	assert_int_equal(fanout_run(e, &b, &ev), 0);
@@ -363,9 +363,9 @@ static void run_child_depths(void **state)
 
 	/* one level down: depth 2 */
 	struct tbatch *inner = tb_new(3);
-	struct wrap w = { e, probe_fn, &inner->probes[0] };
-	struct fanout_task task = { "top", wrap_fn, &w };
-	struct fanout_batch b = { .tasks = &task, .ntasks = 1 };
+	struct wrap w = {e, probe_fn, &inner->probes[0]};
+	struct fanout_task task = {"top", wrap_fn, &w};
+	struct fanout_batch b = {.tasks = &task, .ntasks = 1};
 	assert_int_equal(fanout_run(e, &b, &ev), 0);
 	fanout_event_free(ev);
 	assert_int_equal(atomic_load(&inner->probes[0].runs), 1);
@@ -398,8 +398,8 @@ static void *run_in_thread(void *arg)
 	struct fanout_engine *e = arg;
 	struct probe p;
 	memset(&p, 0, sizeof(p));
-	struct fanout_task t = { "t", probe_fn, &p };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct fanout_task t = {"t", probe_fn, &p};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	struct fanout_event *ev = NULL;
 
 	CHECK(fanout_current_child() == NULL);
@@ -444,8 +444,8 @@ static void run_caller_helps(void **state)
 	assert_int_equal(fanout_run(e, &tb->b, &ev), 0);
 	check_all_completed(ev, tb);
 	for (unsigned i = 0; i < 5; i++)
-		assert_true(pthread_equal(tb->probes[i].thread,
-					  pthread_self()));
+		assert_true(
+			pthread_equal(tb->probes[i].thread, pthread_self()));
 	fanout_event_free(ev);
 
 	atomic_store(&gate, 1);
@@ -528,10 +528,10 @@ static void run_nested_never_runs_unrelated_work(void **state)
 {
 	struct fanout_engine *e =
 		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
-	struct isolated s = { .e = e, .inner = tb_new(5),
-			      .unrelated = tb_new(3), .rc = 1 };
-	struct fanout_task t = { "parent", isolated_fn, &s };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct isolated s = {
+		.e = e, .inner = tb_new(5), .unrelated = tb_new(3), .rc = 1};
+	struct fanout_task t = {"parent", isolated_fn, &s};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	fanout_id pid = 0;
 
 	assert_int_equal(fanout_dispatch(e, &b, &pid), 0);
@@ -599,9 +599,9 @@ static void run_child_dispatches_background(void **state)
 {
 	struct fanout_engine *e =
 		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
-	struct bg_from_child g = { .e = e, .tb = tb_new(3) };
-	struct fanout_task t = { "parent", bg_from_child_fn, &g };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct bg_from_child g = {.e = e, .tb = tb_new(3)};
+	struct fanout_task t = {"parent", bg_from_child_fn, &g};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	struct fanout_event *ev = NULL;
 
 	assert_int_equal(fanout_run(e, &b, &ev), 0);

@@ -71,7 +71,7 @@ static void shutdown_delivers_every_event(void **state)
 	assert_int_equal(fanout_poll(fanout_default_sink(e), &ev), -EAGAIN);
 
 	int fd = fanout_sink_fd(s);
-	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct pollfd p = {.fd = fd, .events = POLLIN};
 	assert_int_equal(poll(&p, 1, 0), 1);
 	int seen2 = 0, seen3 = 0;
 	for (int k = 0; k < 2; k++) {
@@ -247,9 +247,9 @@ static void shutdown_from_child_edeadlk(void **state)
 {
 	struct fanout_engine *e =
 		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
-	struct selfkill k = { e, 1 };
-	struct fanout_task t = { "selfkill", selfkill_fn, &k };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct selfkill k = {e, 1};
+	struct fanout_task t = {"selfkill", selfkill_fn, &k};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	struct fanout_event *ev = NULL;
 
 	/* from a background child */
@@ -299,7 +299,7 @@ static void shutdown_interrupts_sync_run(void **state)
 {
 	struct fanout_engine *e =
 		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
-	struct runner r = { .e = e, .tb = tb_new(4) };
+	struct runner r = {.e = e, .tb = tb_new(4)};
 
 	for (unsigned i = 0; i < 4; i++)
 		r.tb->probes[i].until_interrupted = true;

@@ -12,7 +12,7 @@ static struct fanout_engine *eng2(void)
 /* Is @fd readable?  @ms: 0 = right now; else wait at most that long. */
 static bool fd_readable(int fd, int ms)
 {
-	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct pollfd p = {.fd = fd, .events = POLLIN};
 	int rc;
 
 	do
@@ -130,7 +130,7 @@ static void sink_routing_two_sinks(void **state)
 	struct fanout_sink *s1 = NULL, *s2 = NULL;
 	struct tbatch *tb[5];
 	fanout_id id1[3], id2[2];
-	int seen1[3] = { 0 }, seen2[2] = { 0 };
+	int seen1[3] = {0}, seen2[2] = {0};
 
 	assert_int_equal(fanout_sink_create(e, &s1), 0);
 	assert_int_equal(fanout_sink_create(e, &s2), 0);
@@ -333,12 +333,12 @@ static void sink_destroy_right_after_event(void **state)
 {
 	struct fanout_engine *e = eng2();
 	atomic_int count = 0;
-	struct fanout_task t = { "c", count_fn, &count };
+	struct fanout_task t = {"c", count_fn, &count};
 	int busy = 0;
 
 	for (int i = 0; i < 1000; i++) {
 		struct fanout_sink *s = NULL;
-		struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+		struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 		fanout_id id = 0;
 
 		assert_int_equal(fanout_sink_create(e, &s), 0);
@@ -370,7 +370,8 @@ static void sink_destroy_right_after_event(void **state)
 	}
 	if (busy)
 		print_error("fanout_sink_destroy said -EBUSY %d/1000 times "
-			    "after the sink's only event was taken\n", busy);
+			    "after the sink's only event was taken\n",
+			    busy);
 	assert_int_equal(busy, 0);
 	assert_int_equal(atomic_load(&count), 1000);
 	fanout_destroy(e);
@@ -387,11 +388,11 @@ static void sink_destroy_races_publish(void **state)
 {
 	struct fanout_engine *e = eng2();
 	atomic_int count = 0;
-	struct fanout_task t = { "c", count_fn, &count };
+	struct fanout_task t = {"c", count_fn, &count};
 
 	for (int i = 0; i < 2000; i++) {
 		struct fanout_sink *s = NULL;
-		struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+		struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 		uint64_t end = mono_ms() + WAIT_MS;
 		int rc;
 
@@ -505,7 +506,7 @@ static void sink_concurrent_pollers_ebusy(void **state)
 {
 	struct fanout_engine *e = eng2();
 	struct fanout_sink *s = NULL;
-	struct waiter w = { 0 };
+	struct waiter w = {0};
 	struct fanout_event *ev = NULL;
 	bool saw_busy = false;
 	int rc = 0;
@@ -579,16 +580,16 @@ static void sink_consumers_on_two_sinks(void **state)
 	struct drainer d[2];
 	pthread_t t[2];
 	atomic_int count = 0;
-	struct fanout_task task = { "c", count_fn, &count };
+	struct fanout_task task = {"c", count_fn, &count};
 
 	for (int i = 0; i < 2; i++) {
 		assert_int_equal(fanout_sink_create(e, &s[i]), 0);
-		d[i] = (struct drainer){ s[i], N, 0 };
+		d[i] = (struct drainer){s[i], N, 0};
 		t[i] = spawn(drainer_thread, &d[i]);
 	}
 	for (int k = 0; k < 2 * N; k++) {
-		struct fanout_batch b = { .tasks = &task, .ntasks = 1,
-					  .sink = s[k % 2] };
+		struct fanout_batch b = {
+			.tasks = &task, .ntasks = 1, .sink = s[k % 2]};
 		int rc;
 
 		while ((rc = fanout_dispatch(e, &b, NULL)) == -EBUSY)

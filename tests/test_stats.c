@@ -5,9 +5,9 @@
 static uint64_t worker_children_sum(const struct fanout_stats *st)
 {
 	uint64_t s = 0;
-	unsigned n = st->nworkers < FANOUT_STATS_MAX_WORKERS
-			     ? st->nworkers
-			     : FANOUT_STATS_MAX_WORKERS;
+	unsigned n = st->nworkers < FANOUT_STATS_MAX_WORKERS ?
+			     st->nworkers :
+			     FANOUT_STATS_MAX_WORKERS;
 
 	for (unsigned i = 0; i < n; i++)
 		s += st->worker[i].children_run;
@@ -105,8 +105,8 @@ static int too_deep_fn(struct fanout_child *c, void *arg)
 {
 	struct fanout_engine *e = arg;
 	atomic_int n = 0;
-	struct fanout_task t = { "deeper", count_fn, &n };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct fanout_task t = {"deeper", count_fn, &n};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	struct fanout_event *ev = NULL;
 
 	(void)c;
@@ -117,8 +117,8 @@ static int too_deep_fn(struct fanout_child *c, void *arg)
 static int depth1_fn(struct fanout_child *c, void *arg)
 {
 	struct fanout_engine *e = arg;
-	struct fanout_task t = { "depth2", too_deep_fn, e };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct fanout_task t = {"depth2", too_deep_fn, e};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	struct fanout_event *ev = NULL;
 
 	(void)c;
@@ -149,8 +149,8 @@ static void stats_rejected(void **state)
 	atomic_store(&gate, 1);
 	fanout_event_free(must_wait(fanout_default_sink(e)));
 
-	struct fanout_task t = { "depth1", depth1_fn, e };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct fanout_task t = {"depth1", depth1_fn, e};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	assert_int_equal(fanout_run(e, &b, &ev), 0);
 	fanout_event_free(ev);
 	struct fanout_stats st = stats_of(e);
@@ -217,7 +217,7 @@ static void stats_running_gauges(void **state)
 		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
 	atomic_int gate = 0;
 	struct tbatch *bg = tb_new(1);
-	struct runner r = { e, tb_new(1), -1 };
+	struct runner r = {e, tb_new(1), -1};
 
 	bg->probes[0].gate = &gate;
 	r.tb->probes[0].gate = &gate;
@@ -276,12 +276,9 @@ static void stats_parks_and_wakeups(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		TC(stats_fresh_engine),
-		TC(stats_dispatch_and_run_counts),
-		TC(stats_worker_sum_many),
-		TC(stats_rejected),
-		TC(stats_cancel_counts),
-		TC(stats_running_gauges),
+		TC(stats_fresh_engine),	     TC(stats_dispatch_and_run_counts),
+		TC(stats_worker_sum_many),   TC(stats_rejected),
+		TC(stats_cancel_counts),     TC(stats_running_gauges),
 		TC(stats_parks_and_wakeups),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

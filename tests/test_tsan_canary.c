@@ -42,9 +42,9 @@ static int run_mode(const char *mode)
 {
 	struct fanout_engine *e;
 	struct fanout_event *ev;
-	struct fanout_task t = { "write", writer, NULL };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
-	struct fanout_config cfg = { .workers = 1, .flags = FANOUT_NO_PIN };
+	struct fanout_task t = {"write", writer, NULL};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	struct fanout_config cfg = {.workers = 1, .flags = FANOUT_NO_PIN};
 	int v = 0;
 
 	if (fanout_create(&cfg, &e) || fanout_dispatch(e, &b, NULL))
