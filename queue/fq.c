@@ -30,27 +30,25 @@
  *    same handshake, and a seeded check-before-publish bug, with spin.
  *
  * 3. Only as many workers are woken as there is work for: fq_submit() wakes
- *    at most n - s sleepers, where s is the number of spinning workers, and
- *    a woken worker that finds the ring empty again simply goes back
- *    through the protocol.  A worker counts in `spinning` from before its
- *    spin until AFTER it has announced itself (W1) and re-checked (W3).
- *    If the producer's load of `spinning` (after P2) still counts it, that
- *    load precedes the decrement, so either P2 < W2 (and the re-check sees
- *    the token) or W2 < P2 < decrement < W4, and the FUTEX_WAIT finds
- *    seq != v and returns: the spinner does not sleep through the token,
- *    and will take it, or take it after its current one (it does not park
- *    while the ring is non-empty).  If the load does not count it, it is
- *    already announced in `waiters`, and the producer wakes as in 2.
- *    The spinner it counted on may take ANOTHER token and run it for a
- *    long time, though; so a counted spinner that takes a token hands on
- *    what it leaves: after its seq_cst decrement it reads the ring's size
- *    and, if tokens remain, does the producer's step itself (kick).  The
- *    producer's enqueue precedes its load of `spinning`, which precedes
- *    the decrement, so that size read sees the token (or someone took it),
- *    and by induction every token left to a spinner is taken or kicked
- *    on.  So a batch-1 dispatch to an engine with a spinning worker makes
- *    no system call, and no worker sleeps while a token waits
- *    (test_dispatch's dispatch_idle_worker_not_left_asleep).
+ *    at most n - s sleepers, where s is the number of spinning workers
+ *    (kick()), and a woken worker that finds the ring empty again simply
+ *    goes back through the protocol.  A worker counts in `spinning` from
+ *    before its spin until it leaves the spin phase (seq_cst decrement),
+ *    which it does BEFORE it announces itself as a waiter (W1).  A producer
+ *    that counted it read `spinning` before that decrement, and enqueued
+ *    before that read; so the token precedes the worker's take after the
+ *    spin and its re-check (W3), which therefore see it, or someone took
+ *    it.  But the counted worker may take ANOTHER token and run it for a
+ *    long time (a child blocked on its sibling); so whenever a worker that
+ *    left the spin phase takes a token, it hands on what is left: it reads
+ *    the ring's size and, if tokens remain, does the producer's step
+ *    itself (kick, hand_on()).  By induction every token left to a spinner
+ *    is taken or kicked on.  If the producer did not count the worker, the
+ *    worker is announced in `waiters` (or will re-check), and argument 2
+ *    applies.  So a batch-1 dispatch to an engine with a spinning worker
+ *    makes no system call, and no worker sleeps while a token waits
+ *    (test_dispatch's dispatch_idle_worker_not_left_asleep; park_wake.pml
+ *    with two submits counting one spinner, and its seeded bugs 4 and 5).
  *
  * 4. Idle workers stop burning CPU after spin_ns: the spin loop reads the
  *    clock every 64 pauses and parks once the deadline passed.
@@ -327,15 +325,19 @@ static void stop_spinning(struct fq *q)
 	atomic_fetch_sub_explicit(&q->spinning, 1, memory_order_seq_cst);
 }
 
-/* A counted spinner took a token and is about to run it, possibly for a
- * long time: producers that counted on it may have left tokens for it, so
- * pass them on (argument 3).  The size read follows the seq_cst decrement
- * in stop_spinning(). */
-static void took_while_spinning(struct fq *q)
+/*
+ * A worker that was counted as a spinner took a token and is about to run
+ * it, possibly for a long time: producers that counted on it may have left
+ * tokens for it, so pass them on (argument 3).  The seq_cst load of `seq`
+ * orders the size read after our seq_cst decrement against the producers'
+ * seq_cst increment, which follows their enqueue (without it the relaxed
+ * ring loads could be satisfied early on a weakly ordered CPU).
+ */
+static void hand_on(struct fq *q)
 {
 	unsigned left;
 
-	stop_spinning(q);
+	(void)atomic_load_explicit(&q->idle.seq, memory_order_seq_cst);
 	left = ck_ring_size(&q->ring);
 	if (left)
 		kick(q, left);
@@ -377,8 +379,12 @@ static void *worker_main(void *arg)
 			}
 			fq_spin_relax(i);
 		}
+		/* We stop counting as a spinner BEFORE announcing ourselves as
+		 * a waiter, so every token a producer left to us precedes the
+		 * re-check below (argument 3). */
+		stop_spinning(q);
 		if (take(q, &w)) {
-			took_while_spinning(q);
+			hand_on(q);
 			run_item(self, w);
 			continue;
 		}
@@ -386,7 +392,7 @@ static void *worker_main(void *arg)
 		v = fq_ec_prepare(&q->idle);
 		if (take(q, &w)) {
 			fq_ec_done(&q->idle);
-			took_while_spinning(q);
+			hand_on(q);
 			run_item(self, w);
 			continue;
 		}
@@ -394,12 +400,8 @@ static void *worker_main(void *arg)
 		 * is empty here, so a stopping queue is drained (argument 5). */
 		if (atomic_load_explicit(&q->stopping, memory_order_acquire)) {
 			fq_ec_done(&q->idle);
-			stop_spinning(q);
 			break;
 		}
-		/* Only now, announced as a waiter and after the re-check, do we
-		 * stop counting as a spinner (argument 3). */
-		stop_spinning(q);
 		bump(&self->parks);
 		fq_ec_wait(&q->idle, v, 0);
 		fq_ec_done(&q->idle);

@@ -50,7 +50,7 @@ mode="${ccflags#-D}${spinflags:+ $spinflags}${panflags:+ pan $panflags}"
 if [ -z "$errors" ]; then
 	echo "models: $name: no verdict from pan:" >&2; cat pan.out >&2; exit 1
 fi
-line=$(printf '%-20s %-32s errors %-2s states %-9s pan %5ss  total %5ss' \
+line=$(printf '%-22s %-42s errors %-2s states %-9s pan %5ss  total %5ss' \
 	"$name" "[$mode]" "$errors" "${states:-?}" "${pantime:-?}" "$wall")
 
 bad=""

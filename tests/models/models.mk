@@ -31,15 +31,25 @@ $(eval $(call models_run,join_cancel-C2,join_cancel,pass,-DC=2,-DSAFETY,))
 $(eval $(call models_run,join_cancel-bug1,join_cancel,fail,-DBUG=1,-DSAFETY,))
 $(eval $(call models_run,join_cancel-bug2,join_cancel,fail,-DBUG=2,-DSAFETY,))
 
-# park/wake: 2 workers, 2 items; 3 x 3; fq_submit's batch form; safety and
-# non-progress (no execution runs forever)
+# park/wake (spinner count + hand-on, a token may block on its siblings):
+# 2 workers x 2 one-token submits; 3 x 3; one batch submit; 2 producers.
+# The default (FIX=1) is queue/fq.c as it is: stop_spinning before the
+# waiter announcement, and a hand-on after every take that follows the spin.
+# -DFIX=0 is the code before that fix (a spinner counted by two submits,
+# between its re-check and stop_spinning, slept through the second token):
+# spin must still find that lost wakeup.  -DFIX=2 is an alternative fix.
 $(eval $(call models_run,park_wake,park_wake,pass,,-DSAFETY,))
 $(eval $(call models_run,park_wake-np,park_wake,pass,,-DNP,-l))
 $(eval $(call models_run,park_wake-W3K3,park_wake,pass,-DW=3 -DK=3,-DSAFETY,))
 $(eval $(call models_run,park_wake-batch,park_wake,pass,-DBATCH=1 -DW=3 -DK=3,-DSAFETY,))
+$(eval $(call models_run,park_wake-P2,park_wake,pass,-DP=2 -DW=3,-DSAFETY,))
+$(eval $(call models_run,park_wake-fix2,park_wake,pass,-DFIX=2,-DSAFETY,))
+$(eval $(call models_run,park_wake-prefix,park_wake,fail,-DFIX=0,-DSAFETY,))
 $(eval $(call models_run,park_wake-bug1,park_wake,fail,-DBUG=1,-DSAFETY,))
 $(eval $(call models_run,park_wake-bug2,park_wake,fail,-DBUG=2,-DSAFETY,))
 $(eval $(call models_run,park_wake-bug3-np,park_wake,fail,-DBUG=3,-DNP,-l))
+$(eval $(call models_run,park_wake-bug4,park_wake,fail,-DBUG=4,-DSAFETY,))
+$(eval $(call models_run,park_wake-bug5,park_wake,fail,-DBUG=5,-DSAFETY,))
 
 # shutdown drain: 2 delegations racing fanout_shutdown (D=3 needs > 3 GB)
 $(eval $(call models_run,shutdown_drain,shutdown_drain,pass,,-DSAFETY,))
