@@ -143,7 +143,11 @@ FANOUT_API const char *fanout_status_name(enum fanout_status st);
  *                  at most 1<<24).
  * @max_tasks:      children per delegation (default 65536, at most 1<<24).
  * @max_depth:      deepest child depth (default 2, at most 64).  Children
- *                  of a top-level delegation have depth 1.
+ *                  of a top-level delegation have depth 1.  Depth follows
+ *                  the calling thread across engines: a child of engine A
+ *                  (depth d) delegating to engine B makes children of
+ *                  depth d + 1, checked against B's max_depth, and
+ *                  fanout_delegate(B) from it runs inline.
  * @keep_completed: finished records kept for lookup/list (default 1024, at
  *                  most 1<<24).  Each kept record holds its whole block
  *                  (results and strings) until it is pruned.
@@ -313,6 +317,10 @@ struct fanout_worker_stats {
 
 /**
  * struct fanout_stats - engine counters since fanout_create().
+ *
+ * A snapshot taken while work runs is consistent in one way: completed
+ * never exceeds dispatched + runs.  Otherwise each counter is read on its
+ * own; all are exact once the engine is quiet.
  * @dispatched:   background delegations accepted.
  * @runs:         synchronous delegations (fanout_run, inline delegate).
  * @completed:    events published (background) or returned (sync).
@@ -565,6 +573,11 @@ FANOUT_API int fanout_sink_create(struct fanout_engine *e,
 
 /**
  * fanout_sink_destroy() - free a sink and any events still queued in it.
+ *
+ * The sink is gone for the caller at once; its memory, its queued events
+ * and its eventfd are released after an RCU grace period (a publisher may
+ * still be finishing), so the fd number stays taken for a moment.  Do not
+ * close the fd yourself.
  * Return: 0; -EINVAL (NULL, or the engine's default sink, which
  * fanout_destroy() frees); -EBUSY when accepted delegations will still
  * publish to it (wait for or cancel them first; nothing is freed).

@@ -176,11 +176,13 @@ void fanout__finalise(struct record *rec)
 		ev->error = "no child completed";
 	}
 	/* relaxed: finish_seq needs only the RMW's total order (it is read by
-	 * other finalisers through the kept[] CAS, acq_rel); st_completed is
-	 * a statistic. */
+	 * other finalisers through the kept[] CAS, acq_rel).  release on
+	 * st_completed: pairs with the acquire load in fanout_stats(), which
+	 * then sees this delegation's st_dispatched/st_runs increment (made
+	 * before the ring handoff) - snapshots never show completed > started. */
 	rec->finish_seq = atomic_fetch_add_explicit(&e->finish_seq, 1,
 						    memory_order_relaxed);
-	atomic_fetch_add_explicit(&e->st_completed, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->st_completed, 1, memory_order_release);
 
 	/* `state` turns FINISHED exactly when the event can be had, seen from
 	 * both sides: a lookup that reads FINISHED finds the event in the

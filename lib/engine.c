@@ -233,12 +233,14 @@ int fanout_stats(struct fanout_engine *e, struct fanout_stats *st)
 	if (!e || !st)
 		return -EINVAL;
 	memset(st, 0, sizeof(*st));
-	/* relaxed throughout: counters, exact once the engine is quiet. */
+	/* acquire first: pairs with the release increment in finalise, so
+	 * every completion counted here has its start counted below.  The
+	 * rest is relaxed: counters, exact once the engine is quiet. */
+	st->completed =
+		atomic_load_explicit(&e->st_completed, memory_order_acquire);
 	st->dispatched =
 		atomic_load_explicit(&e->st_dispatched, memory_order_relaxed);
 	st->runs = atomic_load_explicit(&e->st_runs, memory_order_relaxed);
-	st->completed =
-		atomic_load_explicit(&e->st_completed, memory_order_relaxed);
 	st->rejected =
 		atomic_load_explicit(&e->st_rejected, memory_order_relaxed);
 	st->cancelled =
