@@ -139,6 +139,23 @@ void fq_spin_relax(unsigned i)
 		ck_pr_stall();
 }
 
+/*
+ * The workers' spin step.  A worker yields far less often than a waiting
+ * application thread (fq_spin_relax, every 64 steps): measured on a 2-vCPU
+ * box, yielding every 64 steps here made hot dispatch->event latency
+ * 2.7 us -> 7 us (every hand-off became a context switch), while never
+ * yielding let a worker sharing a CPU with the consumer keep it off for
+ * the whole spin_ns.  Every 1024 steps (~40 us) bounds that.
+ */
+#define FQ_WORKER_YIELD_EVERY 1024
+static void fq_worker_relax(unsigned i)
+{
+	if ((i & (FQ_WORKER_YIELD_EVERY - 1)) == FQ_WORKER_YIELD_EVERY - 1)
+		sched_yield();
+	else
+		ck_pr_stall();
+}
+
 /* ------------------------------------------------------------ eventcount */
 
 uint32_t fq_ec_prepare(struct fq_ec *ec)
@@ -377,7 +394,7 @@ static void *worker_main(void *arg)
 				else if (now >= deadline)
 					break;
 			}
-			fq_spin_relax(i);
+			fq_worker_relax(i);
 		}
 		/* We stop counting as a spinner BEFORE announcing ourselves as
 		 * a waiter, so every token a producer left to us precedes the

@@ -143,11 +143,13 @@ uint64_t fq_cycles(void);
 uint64_t fq_cycles_to_ns(uint64_t d);
 
 /*
- * One step of a spin-wait, i = the iteration count.  A pause, and every 64th
+ * One step of a spin-wait by a thread waiting for the engine (fanout_wait,
+ * a fanout_run join), i = the iteration count.  A pause, and every 64th
  * step a sched_yield(): with more runnable threads than CPUs (a 2-core box
- * running two workers and the application), a spinner must not keep the
- * thread that would produce its work off the CPU.  When nothing else is
- * runnable on this CPU, sched_yield() returns at once.
+ * running two workers and the application), a waiter must not keep the
+ * worker that would finish its work off the CPU.  When nothing else is
+ * runnable on this CPU, sched_yield() returns at once.  Workers use a
+ * slower variant (fq.c, fq_worker_relax).
  */
 void fq_spin_relax(unsigned i);
 
