@@ -119,8 +119,8 @@ static struct fanout_engine *tight_engine(void)
  * helper threads before any thread is counted. */
 static void warm_up(void)
 {
-	struct fanout_engine *e = NEW_ENGINE(.workers = 1,
-					     .flags = FANOUT_NO_PIN);
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
 	struct tbatch *tb = tb_new(1);
 	struct fanout_event *ev;
 
@@ -135,8 +135,8 @@ static void warm_up(void)
 static void engine_works(struct fanout_engine *e)
 {
 	atomic_int count = 0;
-	struct fanout_task t = { "ok", count_fn, &count };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct fanout_task t = {"ok", count_fn, &count};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	struct fanout_event *ev;
 	fanout_id id = 0;
 
@@ -185,17 +185,18 @@ static void create_alloc_faults(void **state)
 	warm_up();
 	create_alloc_faults_cfg("create(NULL cfg)", NULL);
 	for (unsigned w = 1; w <= 3; w++) {
-		struct fanout_config c = { .workers = w, .flags = FANOUT_NO_PIN,
-					   .keep_completed = 4 };
-		static const char *names[] = { "", "create(workers=1)",
-					       "create(workers=2)",
-					       "create(workers=3)" };
+		struct fanout_config c = {.workers = w,
+					  .flags = FANOUT_NO_PIN,
+					  .keep_completed = 4};
+		static const char *names[] = {"", "create(workers=1)",
+					      "create(workers=2)",
+					      "create(workers=3)"};
 
 		create_alloc_faults_cfg(names[w], &c);
 	}
 	{
-		struct fanout_config c = { .workers = 2, .queue_slots = 8,
-					   .max_async = 3 };
+		struct fanout_config c = {
+			.workers = 2, .queue_slots = 8, .max_async = 3};
 
 		create_alloc_faults_cfg("create(pinned, small ring)", &c);
 	}
@@ -209,8 +210,7 @@ static void create_thread_faults(void **state)
 	for (unsigned w = 1; w <= 3; w++) {
 		for (int pin = 0; pin < 2; pin++) {
 			struct fanout_config c = {
-				.workers = w, .flags = pin ? 0 : FANOUT_NO_PIN
-			};
+				.workers = w, .flags = pin ? 0 : FANOUT_NO_PIN};
 			int k;
 
 			for (k = 1; k < 100; k++) {
@@ -218,11 +218,13 @@ static void create_thread_faults(void **state)
 				long left;
 				int rc;
 
-				assert_int_equal(fanout_test_fail_at(
-							 FANOUT_FAULT_THREAD, k),
-						 0);
+				assert_int_equal(
+					fanout_test_fail_at(FANOUT_FAULT_THREAD,
+							    k),
+					0);
 				rc = fanout_create(&c, &e);
-				left = fanout_test_fail_at(FANOUT_FAULT_THREAD, 0);
+				left = fanout_test_fail_at(FANOUT_FAULT_THREAD,
+							   0);
 				if (left > 0) {
 					assert_int_equal(rc, 0);
 					engine_works(e);
@@ -241,8 +243,7 @@ static void create_thread_faults(void **state)
 				static const char *names[] = {
 					"", "thread: create(workers=1)",
 					"thread: create(workers=2)",
-					"thread: create(workers=3)"
-				};
+					"thread: create(workers=3)"};
 				record(names[w], k - 1);
 			}
 		}
@@ -261,7 +262,8 @@ static void create_eventfd_faults(void **state)
 		long left;
 		int rc;
 
-		assert_int_equal(fanout_test_fail_at(FANOUT_FAULT_EVENTFD, k), 0);
+		assert_int_equal(fanout_test_fail_at(FANOUT_FAULT_EVENTFD, k),
+				 0);
 		rc = fanout_create(NULL, &e);
 		left = fanout_test_fail_at(FANOUT_FAULT_EVENTFD, 0);
 		if (left > 0) {
@@ -284,8 +286,8 @@ static void create_eventfd_faults(void **state)
 
 static void sink_create_faults(void **state)
 {
-	struct fanout_engine *e = NEW_ENGINE(.workers = 1,
-					     .flags = FANOUT_NO_PIN);
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
 	int fds = fd_count();
 	int k;
 
@@ -312,7 +314,8 @@ static void sink_create_faults(void **state)
 		long left;
 		int rc;
 
-		assert_int_equal(fanout_test_fail_at(FANOUT_FAULT_EVENTFD, k), 0);
+		assert_int_equal(fanout_test_fail_at(FANOUT_FAULT_EVENTFD, k),
+				 0);
 		rc = fanout_sink_create(e, &s);
 		left = fanout_test_fail_at(FANOUT_FAULT_EVENTFD, 0);
 		if (left > 0) {
@@ -343,8 +346,8 @@ struct fbatch {
 
 static void fbatch_init(struct fbatch *f, struct fanout_sink *s)
 {
-	static const char *goals[] = { "a", NULL, "a longer goal string", "",
-				       "e" };
+	static const char *goals[] = {"a", NULL, "a longer goal string", "",
+				      "e"};
 
 	atomic_init(&f->count, 0);
 	for (int i = 0; i < 5; i++) {
@@ -534,12 +537,12 @@ static void delegate_faults(void **state)
 struct nested_res {
 	struct fanout_engine *e;
 	struct fanout_sink *s;
-	int mode;          /* 0 run, 1 dispatch, 2 delegate, 3 setters */
-	int kvalues;       /* fault points found */
-	int bad;           /* unexpected outcomes */
+	int mode;    /* 0 run, 1 dispatch, 2 delegate, 3 setters */
+	int kvalues; /* fault points found */
+	int bad;     /* unexpected outcomes */
 	int last_rc;
-	atomic_int count;  /* grandchildren run */
-	fanout_id bg_id;   /* the dispatch that finally got through */
+	atomic_int count; /* grandchildren run */
+	fanout_id bg_id;  /* the dispatch that finally got through */
 	char *why;
 };
 
@@ -547,12 +550,12 @@ static int nested_child(struct fanout_child *c, void *arg)
 {
 	struct nested_res *nr = arg;
 	struct fanout_task t[3];
-	struct fanout_batch b = { .tasks = t, .ntasks = 3, .context = "nested",
-				  .sink = nr->s };
+	struct fanout_batch b = {
+		.tasks = t, .ntasks = 3, .context = "nested", .sink = nr->s};
 	int k;
 
 	for (int i = 0; i < 3; i++)
-		t[i] = (struct fanout_task){ "grandchild", count_fn, &nr->count };
+		t[i] = (struct fanout_task){"grandchild", count_fn, &nr->count};
 	if (nr->mode == 3) {
 		/* the setters: a failed one leaves the old text in place */
 		long left;
@@ -609,12 +612,12 @@ static int nested_child(struct fanout_child *c, void *arg)
 
 static void nested_faults_mode(int mode, const char *name)
 {
-	struct fanout_engine *e = NEW_ENGINE(.workers = 1,
-					     .flags = FANOUT_NO_PIN,
-					     .max_async = 2);
-	struct nested_res nr = { .e = e, .mode = mode };
-	struct fanout_task t = { "parent", nested_child, &nr };
-	struct fanout_batch b = { .tasks = &t, .ntasks = 1 };
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN,
+			   .max_async = 2);
+	struct nested_res nr = {.e = e, .mode = mode};
+	struct fanout_task t = {"parent", nested_child, &nr};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	struct fanout_event *ev;
 	struct fanout_stats st;
 	fanout_id id = 0;
@@ -676,9 +679,9 @@ static void shutdown_destroy_faults(void **state)
 		int k;
 
 		for (k = 1; k < MAX_K; k++) {
-			struct fanout_engine *e = NEW_ENGINE(
-				.workers = 1, .flags = FANOUT_NO_PIN,
-				.spin_ns = 1000);
+			struct fanout_engine *e =
+				NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN,
+					   .spin_ns = 1000);
 			struct fanout_sink *s = NULL;
 			struct tbatch *tb[4];
 			atomic_int gate = 0;
@@ -690,12 +693,15 @@ static void shutdown_destroy_faults(void **state)
 				tb[i] = tb_new(3);
 				tb[i]->b.sink = i & 1 ? s : NULL;
 				tb_gate(tb[i], &gate);
-				if (i == 0) /* one running child sees the stop */
-					tb[i]->probes[0].until_interrupted = true;
+				if (i ==
+				    0) /* one running child sees the stop */
+					tb[i]->probes[0].until_interrupted =
+						true;
 				must_dispatch(e, tb[i]);
 			}
 			/* the worker is inside batch 0 (gated) now or soon */
-			assert_true(wait_ge(&tb[0]->probes[0].runs, 1, WAIT_MS));
+			assert_true(
+				wait_ge(&tb[0]->probes[0].runs, 1, WAIT_MS));
 			atomic_store(&gate, 1);
 			if (which == 0) {
 				struct fanout_event *ev;
@@ -709,7 +715,8 @@ static void shutdown_destroy_faults(void **state)
 					fanout_event_free(ev);
 					n++;
 				}
-				while (fanout_poll(fanout_default_sink(e), &ev) == 0) {
+				while (fanout_poll(fanout_default_sink(e),
+						   &ev) == 0) {
 					fanout_event_free(ev);
 					n++;
 				}
@@ -741,8 +748,8 @@ static void shutdown_destroy_faults(void **state)
  * -ENOMEM), whatever state the engine is in. */
 static void readers_do_not_allocate(void **state)
 {
-	struct fanout_engine *e = NEW_ENGINE(.workers = 1,
-					     .flags = FANOUT_NO_PIN);
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
 	struct tbatch *tb = tb_new(2), *tb2 = tb_new(2);
 	atomic_int gate = 0;
 	struct fanout_info infos[4];
@@ -792,16 +799,11 @@ static void print_coverage(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		TC(create_alloc_faults),
-		TC(create_thread_faults),
-		TC(create_eventfd_faults),
-		TC(sink_create_faults),
-		TC(dispatch_faults),
-		TC(run_faults),
-		TC(delegate_faults),
-		TC(nested_faults),
-		TC(shutdown_destroy_faults),
-		TC(readers_do_not_allocate),
+		TC(create_alloc_faults),     TC(create_thread_faults),
+		TC(create_eventfd_faults),   TC(sink_create_faults),
+		TC(dispatch_faults),	     TC(run_faults),
+		TC(delegate_faults),	     TC(nested_faults),
+		TC(shutdown_destroy_faults), TC(readers_do_not_allocate),
 		TC(print_coverage),
 	};
 

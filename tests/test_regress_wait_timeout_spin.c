@@ -17,9 +17,9 @@
 
 static void wait_timeout_shorter_than_spin(void **state)
 {
-	struct fanout_engine *e = NEW_ENGINE(.workers = 1,
-					     .flags = FANOUT_NO_PIN,
-					     .spin_ns = 1000000000ull);
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN,
+			   .spin_ns = 1000000000ull);
 	struct fanout_sink *s = NULL;
 	struct fanout_event *ev = NULL;
 

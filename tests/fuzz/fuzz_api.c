@@ -19,6 +19,8 @@
  *     the status rules; no event ever comes for a refused call;
  *   - after fanout_shutdown() every accepted delegation's event is in its
  *     sink already (drained and counted on the spot);
+ *   - with an allocation failure injected (fanout_test_fail_at) the call
+ *     that needed the memory says -ENOMEM and is refused cleanly;
  *   - at the end every accepted delegation produced exactly one event
  *     (except those whose sink was destroyed undrained, or whose engine was
  *     destroyed undrained, which the library must free: LeakSanitizer).
@@ -38,10 +40,11 @@
 #include <time.h>
 
 #include "fanout.h"
+#include "fanout_testing.h"
 
 #define NENG 2
-#define NSINK 4  /* [0] is the default sink */
-#define MAXN 64  /* children per fuzzed batch (more only when refused) */
+#define NSINK 4 /* [0] is the default sink */
+#define MAXN 64 /* children per fuzzed batch (more only when refused) */
 #define MAX_DL 1024
 #define MAX_OPS 120
 
@@ -60,23 +63,23 @@ static uint8_t byte(struct in *in)
 	return *in->p++;
 }
 
-#define FAIL(...)                                                           \
-	do {                                                                \
+#define FAIL(...)                                                              \
+	do {                                                                   \
 		fprintf(stderr, "FUZZ-VIOLATION %s:%d: ", __FILE__, __LINE__); \
-		fprintf(stderr, __VA_ARGS__);                               \
-		fputc('\n', stderr);                                        \
-		abort();                                                    \
+		fprintf(stderr, __VA_ARGS__);                                  \
+		fputc('\n', stderr);                                           \
+		abort();                                                       \
 	} while (0)
 
-#define ENSURE(cond, ...)                                                   \
-	do {                                                                \
-		if (!(cond))                                                \
-			FAIL(__VA_ARGS__);                                  \
+#define ENSURE(cond, ...)                                                      \
+	do {                                                                   \
+		if (!(cond))                                                   \
+			FAIL(__VA_ARGS__);                                     \
 	} while (0)
 
 static void sleep_us(unsigned us)
 {
-	struct timespec ts = { 0, (long)us * 1000 };
+	struct timespec ts = {0, (long)us * 1000};
 
 	nanosleep(&ts, NULL);
 }
@@ -84,13 +87,26 @@ static void sleep_us(unsigned us)
 /* ------------------------------------------------------------- model */
 
 enum { DL_INFLIGHT = 0, DL_ACCEPTED, DL_REFUSED, DL_SYNC, DL_DROPPED };
-enum { B_OK, B_ERR, B_CANCELED, B_POSITIVE, B_WAITINT, B_RUN, B_DELEGATE,
-       B_DISPATCH, B_SUMMARY, NBEH };
+enum {
+	B_OK,
+	B_ERR,
+	B_CANCELED,
+	B_POSITIVE,
+	B_WAITINT,
+	B_RUN,
+	B_DELEGATE,
+	B_DISPATCH,
+	B_SUMMARY,
+	NBEH
+};
 
 struct dl {
 	atomic_int state;
 	atomic_int got;
+	atomic_int cancel_ok;	 /* fanout_cancel returned 0 for it */
+	atomic_int ev_cancelled; /* its event said cancelled */
 	int eng, sink;
+	unsigned gen; /* which incarnation of engs[eng] */
 	unsigned n, depth;
 	_Atomic uint64_t id;
 	atomic_uchar runs[MAXN];
@@ -104,9 +120,14 @@ struct eng {
 	unsigned max_tasks, max_depth;
 	struct fanout_sink *sinks[NSINK];
 	bool shut;
+	unsigned gen;
 };
 
 static struct eng engs[NENG];
+static unsigned gen_counter;
+/* An allocation failure was injected during this input (sticky: a child
+ * may consume it a while after the injecting call returned). */
+static atomic_int fault_armed;
 static struct dl dls[MAX_DL];
 static atomic_uint ndl;
 
@@ -120,6 +141,7 @@ static struct dl *dl_new(int eng, int sink, unsigned n, unsigned depth,
 		return NULL;
 	d = &dls[i];
 	d->eng = eng;
+	d->gen = engs[eng].gen;
 	d->sink = sink;
 	d->n = n;
 	d->depth = depth;
@@ -135,7 +157,8 @@ static int child(struct fanout_child *c, void *arg);
 static void mk_batch(struct dl *d, struct fanout_task *t, unsigned n,
 		     struct fanout_batch *b)
 {
-	static const char *goals[] = { "g", NULL, "", "a goal with \"quotes\"\n" };
+	static const char *goals[] = {"g", NULL, "",
+				      "a goal with \"quotes\"\n"};
 
 	for (unsigned i = 0; i < n; i++) {
 		t[i].goal = goals[i % 4];
@@ -152,8 +175,9 @@ static void mk_batch(struct dl *d, struct fanout_task *t, unsigned n,
 
 static enum fanout_status status_of(int ret)
 {
-	return ret == 0 ? FANOUT_COMPLETED :
-	       ret == -ECANCELED ? FANOUT_INTERRUPTED : FANOUT_ERROR;
+	return ret == 0		 ? FANOUT_COMPLETED :
+	       ret == -ECANCELED ? FANOUT_INTERRUPTED :
+				   FANOUT_ERROR;
 }
 
 /* Check @ev against its delegation; @sink is where it came from (-1 sync). */
@@ -165,18 +189,24 @@ static void check_event(struct fanout_event *ev, int eng, int sink)
 
 	ENSURE(ev, "NULL event");
 	d = ev->user;
-	ENSURE(d >= dls && d < dls + MAX_DL, "event with foreign user %p", (void *)d);
+	ENSURE(d >= dls && d < dls + MAX_DL, "event with foreign user %p",
+	       (void *)d);
+	atomic_store(&d->ev_cancelled, ev->cancelled);
 	ENSURE(atomic_fetch_add(&d->got, 1) == 0, "duplicate event");
+	if (atomic_load(&d->cancel_ok))
+		ENSURE(ev->cancelled, "cancel returned 0, event not cancelled");
 	st = atomic_load(&d->state);
 	ENSURE(st != DL_REFUSED, "event for a refused call");
 	ENSURE(st != DL_DROPPED, "event from a destroyed sink");
-	ENSURE(d->eng == eng, "event on engine %d, dispatched on %d", eng, d->eng);
+	ENSURE(d->eng == eng, "event on engine %d, dispatched on %d", eng,
+	       d->eng);
 	if (sink >= 0) {
 		ENSURE(st != DL_SYNC, "synchronous event on a sink");
-		ENSURE(d->sink == sink, "event on sink %d, dispatched to %d", sink,
-		       d->sink);
+		ENSURE(d->sink == sink, "event on sink %d, dispatched to %d",
+		       sink, d->sink);
 		if (st == DL_ACCEPTED && atomic_load(&d->id))
-			ENSURE(atomic_load(&d->id) == ev->id, "event id differs");
+			ENSURE(atomic_load(&d->id) == ev->id,
+			       "event id differs");
 	}
 	ENSURE(ev->nresults == d->n && ev->results, "nresults %u want %u",
 	       ev->nresults, d->n);
@@ -188,16 +218,20 @@ static void check_event(struct fanout_event *ev, int eng, int sink)
 		ENSURE(r->goal, "goal NULL");
 		ENSURE(runs <= 1, "child %u ran %u times", i, runs);
 		if (runs) {
-			ENSURE(r->code == d->ret[i] && r->status == status_of(d->ret[i]),
-			       "child %u returned %d, result %d/%d", i, d->ret[i],
-			       r->code, r->status);
-			ENSURE((r->status == FANOUT_COMPLETED) == (r->error == NULL),
+			ENSURE(r->code == d->ret[i] &&
+				       r->status == status_of(d->ret[i]),
+			       "child %u returned %d, result %d/%d", i,
+			       d->ret[i], r->code, r->status);
+			ENSURE((r->status == FANOUT_COMPLETED) ==
+				       (r->error == NULL),
 			       "error text vs status");
 		} else {
 			skipped++;
-			ENSURE(r->status == FANOUT_INTERRUPTED && r->code == -ECANCELED &&
+			ENSURE(r->status == FANOUT_INTERRUPTED &&
+				       r->code == -ECANCELED &&
 				       r->duration_ns == 0,
-			       "unstarted child %u: %d/%d", i, r->status, r->code);
+			       "unstarted child %u: %d/%d", i, r->status,
+			       r->code);
 		}
 		nc += r->status == FANOUT_COMPLETED;
 		ne += r->status == FANOUT_ERROR;
@@ -205,12 +239,15 @@ static void check_event(struct fanout_event *ev, int eng, int sink)
 	}
 	if (skipped)
 		ENSURE(ev->cancelled, "children skipped, event not cancelled");
-	ENSURE(ev->ncompleted == nc && ev->nerror == ne && ev->ninterrupted == ni,
+	ENSURE(ev->ncompleted == nc && ev->nerror == ne &&
+		       ev->ninterrupted == ni,
 	       "counts");
 	if (nc)
-		ENSURE(ev->status == FANOUT_COMPLETED && !ev->error, "status C");
+		ENSURE(ev->status == FANOUT_COMPLETED && !ev->error,
+		       "status C");
 	else if (ni == d->n)
-		ENSURE(ev->status == FANOUT_INTERRUPTED && ev->error, "status I");
+		ENSURE(ev->status == FANOUT_INTERRUPTED && ev->error,
+		       "status I");
 	else
 		ENSURE(ev->status == FANOUT_ERROR && ev->error, "status E");
 }
@@ -220,7 +257,7 @@ static void nested(struct fanout_child *c, struct dl *parent, unsigned i)
 	struct eng *g = &engs[parent->eng];
 	unsigned depth = fanout_child_depth(c) + 1;
 	bool deep = depth > g->max_depth;
-	uint8_t beh[3] = { B_OK, B_ERR, B_CANCELED };
+	uint8_t beh[3] = {B_OK, B_ERR, B_CANCELED};
 	unsigned n = 1 + i % 3;
 	struct fanout_task t[3];
 	struct fanout_batch b;
@@ -243,7 +280,8 @@ static void nested(struct fanout_child *c, struct dl *parent, unsigned i)
 		atomic_store(&d->state, DL_SYNC);
 		rc = fanout_delegate(g->e, &b, &id, &ev);
 		if (rc > 0) {
-			ENSURE(rc == FANOUT_INLINE, "delegate in a child: %d", rc);
+			ENSURE(rc == FANOUT_INLINE, "delegate in a child: %d",
+			       rc);
 			ENSURE(ev && id == ev->id, "inline id");
 			rc = 0;
 		}
@@ -259,13 +297,15 @@ static void nested(struct fanout_child *c, struct dl *parent, unsigned i)
 			return;
 		}
 		atomic_store(&d->state, DL_REFUSED);
-		ENSURE(atomic_load(&d->got) == 0, "event for refused nested dispatch");
+		ENSURE(atomic_load(&d->got) == 0,
+		       "event for refused nested dispatch");
 		break;
 	}
 	if (deep)
 		ENSURE(rc == -ELOOP, "too deep: %d", rc);
 	else
-		ENSURE(rc == 0 || rc == -ESHUTDOWN || rc == -EBUSY,
+		ENSURE(rc == 0 || rc == -ESHUTDOWN || rc == -EBUSY ||
+			       (rc == -ENOMEM && atomic_load(&fault_armed)),
 		       "nested call: %d", rc);
 	if (rc == -EBUSY)
 		ENSURE(parent->beh[i] == B_DISPATCH, "-EBUSY from a sync call");
@@ -397,7 +437,8 @@ static void drop_sink(int eng, int sink)
 		struct dl *d = &dls[i];
 
 		if (d->eng == eng && (sink < 0 || d->sink == sink) &&
-		    atomic_load(&d->state) == DL_ACCEPTED && !atomic_load(&d->got))
+		    atomic_load(&d->state) == DL_ACCEPTED &&
+		    !atomic_load(&d->got))
 			atomic_store(&d->state, DL_DROPPED);
 	}
 }
@@ -423,17 +464,38 @@ static void op_create(struct in *in)
 	c.keep_completed = byte(in) % 5;
 	c.spin_ns = 1 + byte(in) * 100ull;
 	switch (sel >> 4) { /* now and then, a bad field */
-	case 1: c.flags |= 0x2; break;
-	case 2: c.workers = 1025; break;
-	case 3: c.max_tasks = (1u << 24) + 1; break;
-	case 4: c.max_depth = 65; break;
-	case 5: c.spin_ns = 2000000000ull; break;
-	case 6: c.queue_slots = (1u << 24) + 1; break;
-	case 7: c.max_async = (1u << 20) + 1; break;
-	case 8: c.keep_completed = (1u << 24) + 1; break;
-	case 9: c.max_children = (1u << 24) + 1; break;
-	case 10: c.workers = 0; break; /* default: CPUs */
-	default: break;
+	case 1:
+		c.flags |= 0x2;
+		break;
+	case 2:
+		c.workers = 1025;
+		break;
+	case 3:
+		c.max_tasks = (1u << 24) + 1;
+		break;
+	case 4:
+		c.max_depth = 65;
+		break;
+	case 5:
+		c.spin_ns = 2000000000ull;
+		break;
+	case 6:
+		c.queue_slots = (1u << 24) + 1;
+		break;
+	case 7:
+		c.max_async = (1u << 20) + 1;
+		break;
+	case 8:
+		c.keep_completed = (1u << 24) + 1;
+		break;
+	case 9:
+		c.max_children = (1u << 24) + 1;
+		break;
+	case 10:
+		c.workers = 0;
+		break; /* default: CPUs */
+	default:
+		break;
 	}
 	rc = fanout_create(&c, &g->e);
 	if (!cfg_valid(&c)) {
@@ -442,6 +504,7 @@ static void op_create(struct in *in)
 	}
 	ENSURE(rc == 0 && g->e, "fanout_create: %d", rc);
 	g->cfg = c;
+	g->gen = ++gen_counter;
 	g->max_tasks = c.max_tasks ? c.max_tasks : 65536;
 	g->max_depth = c.max_depth ? c.max_depth : 2;
 	memset(g->sinks, 0, sizeof(g->sinks));
@@ -495,7 +558,8 @@ static void op_sink_create(int k, struct in *in)
 		return;
 	rc = fanout_sink_create(g->e, &g->sinks[slot]);
 	if (g->shut)
-		ENSURE(rc == -ESHUTDOWN && !g->sinks[slot], "sink after shutdown");
+		ENSURE(rc == -ESHUTDOWN && !g->sinks[slot],
+		       "sink after shutdown");
 	else
 		ENSURE(rc == 0 && g->sinks[slot], "sink_create: %d", rc);
 }
@@ -581,7 +645,8 @@ static void op_submit(int k, int how, struct in *in)
 		ENSURE((einval && rc == -EINVAL) ||
 			       (n > g->max_tasks && rc == -E2BIG) ||
 			       (g->shut && rc == -ESHUTDOWN),
-		       "submit(%d) of a bad batch (n %u, shut %d, einval %d): %d",
+		       "submit(%d) of a bad batch (n %u, shut %d, einval %d): "
+		       "%d",
 		       how, n, g->shut, einval, rc);
 		atomic_store(&d->state, DL_REFUSED);
 		ENSURE(atomic_load(&d->got) == 0, "event for refused call");
@@ -595,6 +660,12 @@ static void op_submit(int k, int how, struct in *in)
 			atomic_store(&d->state, DL_ACCEPTED);
 			return;
 		}
+	}
+	if (rc == -ENOMEM) {
+		ENSURE(atomic_load(&fault_armed), "-ENOMEM without a fault");
+		atomic_store(&d->state, DL_REFUSED);
+		ENSURE(atomic_load(&d->got) == 0, "event for refused call");
+		return;
 	}
 	if (rc == -EBUSY) {
 		ENSURE(how == 0, "-EBUSY from run/delegate");
@@ -614,11 +685,26 @@ static void op_submit(int k, int how, struct in *in)
 	fanout_event_free(ev);
 }
 
+/* A submit with the k-th allocation (from now, any thread) failing. */
+static void op_fault_submit(int k, struct in *in)
+{
+	long at = 1 + byte(in) % 3;
+	int how = byte(in) % 3;
+
+	if (!engs[k].e)
+		return;
+	atomic_store(&fault_armed, 1);
+	fanout_test_fail_at(FANOUT_FAULT_ALLOC, at);
+	op_submit(k, how, in);
+	fanout_test_fail_at(FANOUT_FAULT_ALLOC, 0);
+}
+
 static void op_cancel(int k, struct in *in)
 {
 	struct eng *g = &engs[k];
 	unsigned n = atomic_load(&ndl), how = byte(in) % 5;
 	uint8_t pick = byte(in);
+	struct dl *d = NULL;
 	fanout_id id;
 	int rc;
 
@@ -626,16 +712,27 @@ static void op_cancel(int k, struct in *in)
 		return;
 	if (n > MAX_DL)
 		n = MAX_DL;
-	id = n && pick < 200 ? atomic_load(&dls[pick % n].id) :
-			       (uint64_t)pick * 0x9e3779b97f4a7c15ull;
+	if (n && pick < 200)
+		d = &dls[pick % n];
+	id = d ? atomic_load(&d->id) : (uint64_t)pick * 0x9e3779b97f4a7c15ull;
 	if (how == 4)
 		how = byte(in) & 1 ? 0x8 : 0;
 	rc = fanout_cancel(g->e, id, how);
 	if (!id || !how || how > 3)
-		ENSURE(rc == -EINVAL, "cancel(%llx, %u): %d", (unsigned long long)id,
-		       how, rc);
+		ENSURE(rc == -EINVAL, "cancel(%llx, %u): %d",
+		       (unsigned long long)id, how, rc);
 	else
-		ENSURE(rc == 0 || rc == -ENOENT || rc == -EALREADY, "cancel: %d", rc);
+		ENSURE(rc == 0 || rc == -ENOENT || rc == -EALREADY,
+		       "cancel: %d", rc);
+	/* ids are unique per engine only: the same number may name one of
+	 * the other engine's delegations */
+	if (rc == 0 && d && d->eng == k && d->gen == g->gen &&
+	    atomic_load(&d->state) == DL_ACCEPTED) {
+		atomic_store(&d->cancel_ok, 1);
+		if (atomic_load(&d->got))
+			ENSURE(atomic_load(&d->ev_cancelled),
+			       "cancel returned 0, event not cancelled");
+	}
 }
 
 static void op_lookup_list(int k, struct in *in)
@@ -662,9 +759,11 @@ static void op_lookup_list(int k, struct in *in)
 	rc = fanout_list(g->e, cap ? infos : NULL, cap, &seen);
 	ENSURE(rc == 0, "list: %d", rc);
 	for (size_t i = 0; i < seen && i < cap; i++) {
-		ENSURE(infos[i].id && infos[i].ndone <= infos[i].ntasks, "list entry");
+		ENSURE(infos[i].id && infos[i].ndone <= infos[i].ntasks,
+		       "list entry");
 		if (i)
-			ENSURE(infos[i - 1].dispatched_ns >= infos[i].dispatched_ns,
+			ENSURE(infos[i - 1].dispatched_ns >=
+				       infos[i].dispatched_ns,
 			       "list order");
 	}
 	ENSURE(fanout_list(g->e, NULL, 1, &seen) == -EINVAL, "list NULL cap 1");
@@ -686,7 +785,8 @@ static void op_consume(int k, bool wait, struct in *in)
 		receive(k, sink, ev, in);
 		return;
 	}
-	ENSURE(rc == -EAGAIN || (wait && rc == -ETIMEDOUT), "poll/wait: %d", rc);
+	ENSURE(rc == -EAGAIN || (wait && rc == -ETIMEDOUT), "poll/wait: %d",
+	       rc);
 }
 
 static void op_fd(int k, struct in *in)
@@ -723,13 +823,20 @@ static void op_stats(int k)
 	if (!g->e)
 		return;
 	ENSURE(fanout_stats(g->e, &st) == 0, "stats");
-	ENSURE(st.completed <= st.dispatched + st.runs, "completed > started");
+	if (g->shut) /* exact once quiescent */
+		ENSURE(st.completed == st.dispatched + st.runs && !st.running,
+		       "completed %llu != dispatched %llu + runs %llu",
+		       (unsigned long long)st.completed,
+		       (unsigned long long)st.dispatched,
+		       (unsigned long long)st.runs);
 	ENSURE(st.nworkers >= 1, "nworkers");
-	ENSURE(fanout_describe_error(g->e, -EBUSY, buf, sizeof(buf)) > 0, "describe");
+	ENSURE(fanout_describe_error(g->e, -EBUSY, buf, sizeof(buf)) > 0,
+	       "describe");
 }
 
 static void reset(void)
 {
+	atomic_store(&fault_armed, 0);
 	memset(engs, 0, sizeof(engs));
 	memset(dls, 0, sizeof(dls));
 	atomic_store(&ndl, 0);
@@ -739,7 +846,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct in in = { data, size };
+	struct in in = {data, size};
 	int ops = 0;
 
 	reset();
@@ -747,7 +854,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		uint8_t op = byte(&in);
 		int k = (op >> 7) & 1;
 
-		switch (op % 18) {
+		switch (op % 19) {
 		case 0:
 			op_create(&in);
 			break;
@@ -796,12 +903,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			sleep_us(byte(&in));
 			break;
 		case 17: /* API edge calls with NULLs */
-			ENSURE(fanout_dispatch(NULL, NULL, NULL) == -EINVAL, "NULL");
+			ENSURE(fanout_dispatch(NULL, NULL, NULL) == -EINVAL,
+			       "NULL");
 			ENSURE(fanout_poll(NULL, NULL) == -EINVAL, "NULL");
 			ENSURE(fanout_run(NULL, NULL, NULL) == -EINVAL, "NULL");
-			ENSURE(fanout_sink_create(NULL, NULL) == -EINVAL, "NULL");
+			ENSURE(fanout_sink_create(NULL, NULL) == -EINVAL,
+			       "NULL");
 			ENSURE(fanout_lookup(NULL, 1, NULL) == -EINVAL, "NULL");
 			ENSURE(fanout_sink_destroy(NULL) == -EINVAL, "NULL");
+			break;
+		case 18:
+			op_fault_submit(k, &in);
 			break;
 		}
 	}
