@@ -241,6 +241,7 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 		*ev = &rec->ev;
 		return 0;
 	}
+	fq_note_app_cpu(s->e->q); /* we are about to spin for an event */
 	spin_until = fq_now_ns();
 	if (timeout_ms > 0)
 		deadline = spin_until + (uint64_t)timeout_ms * 1000000ull;

@@ -152,5 +152,8 @@ uint64_t fq_cycles_to_ns(uint64_t d);
  * slower variant (fq.c, fq_worker_relax).
  */
 void fq_spin_relax(unsigned i);
+/* Note the calling (application) thread's CPU, so the worker pinned there
+ * yields to it more readily (fq.c, fq_worker_relax).  A hint. */
+void fq_note_app_cpu(struct fq *q);
 
 #endif
