@@ -94,7 +94,9 @@ test: deps
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-tsan
 	$(if $(strip $(EXTRA_TESTS)),$(MAKE) --no-print-directory $(EXTRA_TESTS))
-	@echo "make test: all suites passed (plain, asan+ubsan, tsan, install)"
+	@echo "make test: all suites passed (plain, asan+ubsan, tsan, install, torture)"
+	@cat $(addsuffix /test-counts,$(addprefix build/,$(VARIANTS))) | \
+		awk '{p += $$1; f += $$2} END {printf "tests: %d passed, %d failed\n", p, f}'
 
 # Install into a scratch DESTDIR and build a program against it through
 # pkg-config --static, as a user would.

@@ -19,4 +19,5 @@ for t in "$@"; do
 	fi
 done
 echo "[$variant]: $pass passed, $fail failed"
+mkdir -p "build/$variant" && echo "$pass $fail" > "build/$variant/test-counts"
 [ "$fail" -eq 0 ]
