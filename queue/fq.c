@@ -408,7 +408,7 @@ static void *worker_main(void *arg)
 		}
 		/* Spin: the ring is checked with a plain size read, cheap and
 		 * local while nothing changes.  seq_cst: we are counted as a
-		 * spinner from here until after the re-check below (arg. 3). */
+		 * spinner from here until stop_spinning() below (arg. 3). */
 		atomic_fetch_add_explicit(&q->spinning, 1,
 					  memory_order_seq_cst);
 		/* The worker sharing its CPU with the application thread does
