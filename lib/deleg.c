@@ -5,8 +5,10 @@
  * WHY IT IS CORRECT
  *
  * Claim.  Child indices are handed out by one counter, `claim`.  A runner
- * (a worker holding a ring token, or the fanout_run caller) takes index
- * i = fetch_add(claim, 1) and runs child i iff i < ntasks.  A canceller takes
+ * (a worker holding a ring token, or the fanout_run caller) takes a chunk
+ * i = fetch_add(claim, chunk) and owns [i, min(i + chunk, ntasks)) iff
+ * i < ntasks; each child of its chunk it either runs or, once a cancel is
+ * seen, reports interrupted.  A canceller takes
  * every index not handed out yet with old = exchange(claim, ntasks) and owns
  * [old, ntasks) when old < ntasks.  All of these are read-modify-writes of
  * one location, so they are totally ordered: every index below ntasks is
@@ -15,9 +17,9 @@
  * (tests/models/join_cancel.pml model-checks this, with a seeded
  * load+store canceller that spin rejects.)
  *
- * Join.  `remaining` starts at ntasks.  The owner of an index writes that
- * child's result slot and then subtracts one (the canceller subtracts the
- * size of its range at once) with release ordering.  The subtraction that
+ * Join.  `remaining` starts at ntasks.  The owner of a chunk writes its
+ * children's result slots and then subtracts the chunk's size (the
+ * canceller subtracts the size of its range) with release ordering.  The subtraction that
  * takes it to zero is the last: every slot was written before some release
  * subtraction in the counter's modification order, and the zeroing thread's
  * acquire (acq_rel) makes all of them visible.  Exactly one thread sees the
@@ -62,11 +64,6 @@ static _Thread_local struct fanout_child *tls_child;
 struct fanout_child *fanout__current(void)
 {
 	return tls_child;
-}
-
-void fanout__set_current(struct fanout_child *c)
-{
-	tls_child = c;
 }
 
 /* ------------------------------------------------------------ lifetime */
@@ -127,7 +124,7 @@ static const char *code_text(int code)
 	return s ? s : "child failed with an unknown error";
 }
 
-void fanout__finalise(struct record *rec)
+static void finalise(struct record *rec)
 {
 	struct fanout_engine *e = rec->e;
 	struct fanout_event *ev = &rec->ev;
@@ -327,7 +324,7 @@ static void run_chunk(struct record *rec, struct progress_slot *prog,
 	 * zeroing thread see every other slot (the join argument above). */
 	if (atomic_fetch_sub_explicit(&rec->remaining, end - i,
 				      memory_order_acq_rel) == end - i)
-		fanout__finalise(rec);
+		finalise(rec);
 }
 
 /* The fq_work function: one ring token (or the fanout_run caller). */
@@ -372,7 +369,7 @@ static uint32_t chunk_for(unsigned n, unsigned runners)
 
 /* Claim every unstarted child for the canceller; see "Claim" above.
  * Returns how many it took; the caller is inside an RCU read section. */
-unsigned fanout__claim_rest(struct record *rec)
+static unsigned claim_rest(struct record *rec)
 {
 	uint32_t n = rec->ntasks, old, i;
 
@@ -387,7 +384,7 @@ unsigned fanout__claim_rest(struct record *rec)
 	/* acq_rel: as in run_child, for the whole range at once. */
 	if (atomic_fetch_sub_explicit(&rec->remaining, n - old,
 				      memory_order_acq_rel) == n - old)
-		fanout__finalise(rec);
+		finalise(rec);
 	return n - old;
 }
 
@@ -414,7 +411,7 @@ int fanout__cancel_rec(struct record *rec, unsigned how)
 	if (!old)		  /* relaxed: a statistic */
 		atomic_fetch_add_explicit(&rec->e->st_cancelled, 1,
 					  memory_order_relaxed);
-	fanout__claim_rest(rec);
+	claim_rest(rec);
 	return 0;
 }
 

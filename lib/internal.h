@@ -178,8 +178,6 @@ struct fanout_engine {
 
 /* record.c */
 void fanout__rec_put(struct record *rec, uint32_t n);
-void fanout__finalise(struct record *rec);
-unsigned fanout__claim_rest(struct record *rec);
 void fanout__active_put(struct fanout_engine *e, uint32_t n);
 int fanout__cancel_rec(struct record *rec, unsigned how);
 
@@ -205,7 +203,6 @@ void fanout__str_free(const char *s);
 
 /* deleg.c */
 struct fanout_child *fanout__current(void);
-void fanout__set_current(struct fanout_child *c);
 
 static inline double fanout__bits_to_double(uint64_t b)
 {

@@ -598,16 +598,6 @@ void fq_help_wait(struct fq *q, struct fq_work *w, unsigned extra,
 	fq_done_wait(done, q->spin_ns);
 }
 
-unsigned fq_nworkers(const struct fq *q)
-{
-	return q->nworkers;
-}
-
-unsigned fq_capacity(const struct fq *q)
-{
-	return q->capacity;
-}
-
 uint64_t fq_spin_ns(const struct fq *q)
 {
 	return q->spin_ns;

@@ -124,8 +124,6 @@ void fq_submit(struct fq *q, struct fq_work *w, unsigned n);
 void fq_help_wait(struct fq *q, struct fq_work *w, unsigned extra,
 		  _Atomic uint32_t *done);
 
-unsigned fq_nworkers(const struct fq *q);
-unsigned fq_capacity(const struct fq *q);
 uint64_t fq_spin_ns(const struct fq *q);
 /* Index of the calling worker thread of @q, or -1 if it is not one. */
 int fq_self(const struct fq *q);
