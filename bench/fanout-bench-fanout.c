@@ -70,6 +70,8 @@ struct fanout_engine *bench_fo_engine(unsigned workers,
 	else
 		memset(&cfg, 0, sizeof(cfg));
 	cfg.workers = workers;
+	if (getenv("FO_FLAGS"))
+		cfg.flags |= (unsigned)strtoul(getenv("FO_FLAGS"), NULL, 0);
 	int rc = fanout_create(&cfg, &e);
 	if (rc)
 		bench_die("fanout_create: %s", fanout_strerror(rc));

@@ -125,12 +125,15 @@ FANOUT_API const char *fanout_status_name(enum fanout_status st);
 
 /* Flags for fanout_config.flags. */
 #define FANOUT_NO_PIN 0x1u /* leave worker threads unpinned */
+/* fanout_wait() runs queued children while no event is ready (see there). */
+#define FANOUT_WAIT_HELPS 0x2u
 
 /**
  * struct fanout_config - engine configuration; a zeroed field = its default.
  * @workers:        worker threads (default: CPUs this process may run on;
  *                  at most 1024).
- * @flags:          FANOUT_NO_PIN, or 0 (workers pinned one per CPU).
+ * @flags:          0 (workers pinned one per CPU, waits only wait), or
+ *                  FANOUT_NO_PIN and/or FANOUT_WAIT_HELPS.
  * @queue_slots:    work ring size, rounded up to a power of two, at most
  *                  1<<24 (default: enough that max_async background
  *                  delegations always fit; if you set it smaller, dispatch
@@ -603,6 +606,16 @@ FANOUT_API int fanout_poll(struct fanout_sink *s, struct fanout_event **ev);
  * @timeout_ms: < 0 waits forever; 0 is fanout_poll().
  *
  * Spins up to the engine's spin_ns, then sleeps on a futex.
+ *
+ * With FANOUT_WAIT_HELPS (fanout_config.flags), a caller that is not a
+ * worker and not inside a child runs queued children of ANY delegation of
+ * the engine while its sink is empty, one ring token at a time, the way a
+ * oneTBB or OpenMP wait helps: no hand-off to another thread, and the CPU
+ * a waiter would spin on does the work.  Use it when the waiting thread has
+ * nothing better to do and holds no lock a child might take.  The timeout
+ * is checked between tokens, so a wait may overrun it by the time the token
+ * it was running takes; and while it runs a child, the sink stays busy (a
+ * second consumer still gets -EBUSY).
  * Return: 0; -ETIMEDOUT; -EINVAL; -EBUSY (as fanout_poll).
  */
 FANOUT_API int fanout_wait(struct fanout_sink *s, struct fanout_event **ev,

@@ -17,9 +17,10 @@
  * (tests/models/join_cancel.pml model-checks this, with a seeded
  * load+store canceller that spin rejects.)
  *
- * Join.  `remaining` starts at ntasks.  The owner of a chunk writes its
- * children's result slots and then subtracts the chunk's size (the
- * canceller subtracts the size of its range) with release ordering.  The subtraction that
+ * Join.  `remaining` starts at ntasks.  A runner writes the result slots
+ * of every chunk it owned and then, once it finds nothing left to claim,
+ * subtracts how many children it finished, in one release RMW (the
+ * canceller subtracts the size of its range).  The subtraction that
  * takes it to zero is the last: every slot was written before some release
  * subtraction in the counter's modification order, and the zeroing thread's
  * acquire (acq_rel) makes all of them visible.  Exactly one thread sees the
@@ -222,8 +223,7 @@ static void skip_child(struct record *rec, unsigned i)
 	r->error = "cancelled before it started";
 	r->duration_ns = 0;
 	r->cost = 0;
-	r->code = -ECANCELED;
-	rec->owned[i] = 0;
+	r->code = -ECANCELED; /* owned[i] stays 0 (rec_alloc) */
 }
 
 /* Run child i.  *clock is the time it starts; on return, the time it ended
@@ -242,7 +242,8 @@ static void run_child(struct record *rec, unsigned i, uint64_t *clock)
 	r->summary = NULL;
 	r->error = NULL;
 	r->cost = 0;
-	rec->owned[i] = 0;
+	/* owned[i] is 0 from rec_alloc; it is written only when a string is
+	 * set, so neighbouring runners do not bounce its line. */
 	tls_child = &c;
 	rc = t->fn(&c, t->arg);
 	tls_child = prev;
@@ -252,9 +253,10 @@ static void run_child(struct record *rec, unsigned i, uint64_t *clock)
 	r->code = rc;
 	if (rc == 0) {
 		r->status = FANOUT_COMPLETED;
-		if (rec->owned[i] & OWN_ERROR) /* set, then completed anyway */
+		if (rec->owned[i] & OWN_ERROR) { /* set, then completed anyway */
 			fanout__str_free(r->error);
-		rec->owned[i] = 0;
+			rec->owned[i] = 0;
+		}
 		r->error = NULL;
 	} else {
 		r->status =
@@ -277,14 +279,14 @@ static void run_child(struct record *rec, unsigned i, uint64_t *clock)
 }
 
 /* Run the claimed chunk [i, end): children not started when a cancel
- * arrives are reported interrupted instead (they are still ours). */
-static void run_chunk(struct record *rec, struct progress_slot *prog,
-		      unsigned i, unsigned end)
+ * arrives are reported interrupted instead (they are still ours).  *done
+ * counts the runner's finished children (its progress slot shows it);
+ * returns how many of them ran. */
+static unsigned run_chunk(struct record *rec, struct progress_slot *prog,
+			  unsigned i, unsigned end, unsigned *done)
 {
-	struct fanout_engine *e = rec->e;
 	uint64_t clock = fq_cycles();
 	unsigned j, ran = 0;
-	int self;
 
 	for (j = i; j < end; j++) {
 		/* relaxed: whether to start is a hint-level decision; the
@@ -298,45 +300,27 @@ static void run_chunk(struct record *rec, struct progress_slot *prog,
 		}
 		/* relaxed: a progress figure for lookup, nothing read through
 		 * it; only this runner writes its slot. */
-		atomic_store_explicit(&prog->n, j + 1 - i,
-				      memory_order_relaxed);
+		atomic_store_explicit(&prog->n, ++*done, memory_order_relaxed);
 	}
-	if (ran != end - i) /* relaxed: a statistic */
-		atomic_fetch_add_explicit(&e->st_skipped, end - i - ran,
-					  memory_order_relaxed);
-	self = fq_self(e->q);
-	if (self >= 0) {
-		_Atomic uint64_t *cnt = &e->st_worker_children[self];
-		/* W: only this worker writes its slot. */
-		atomic_store_explicit(
-			cnt,
-			atomic_load_explicit(cnt, memory_order_relaxed) + ran,
-			memory_order_relaxed);
-	} else { /* relaxed: a statistic */
-		atomic_fetch_add_explicit(&e->st_helper_children, ran,
-					  memory_order_relaxed);
-	}
-	/* Hand the chunk's progress over to `remaining`: clearing first means
-	 * a concurrent lookup may lag by a chunk for an instant, never count
-	 * a child twice.  relaxed: as above. */
-	atomic_store_explicit(&prog->n, 0, memory_order_relaxed);
-	/* acq_rel: release publishes these slots; the acquire makes the
-	 * zeroing thread see every other slot (the join argument above). */
-	if (atomic_fetch_sub_explicit(&rec->remaining, end - i,
-				      memory_order_acq_rel) == end - i)
-		finalise(rec);
+	return ran;
 }
 
-/* The fq_work function: one ring token (or the fanout_run caller). */
+/* The fq_work function: one ring token (or the fanout_run caller).  The
+ * runner takes chunks until none is left, then hands everything it
+ * finished to the join counter in ONE subtraction, so `remaining` is
+ * touched once per runner, not once per chunk. */
 static void run_token(struct fq_work *w)
 {
 	struct record *rec = caa_container_of(w, struct record, work);
+	struct fanout_engine *e = rec->e;
 	uint32_t n = rec->ntasks, chunk = rec->chunk;
 	/* relaxed: a distinct index is all we need (RMW total order); there
 	 * are exactly nrunners runners, so it stays in range. */
 	uint32_t slot = atomic_fetch_add_explicit(&rec->runner_next, 1,
 						  memory_order_relaxed);
 	struct progress_slot *prog = &rec->progress[slot];
+	unsigned done = 0, ran = 0;
+	int self;
 
 	assert(slot < rec->nrunners);
 	for (;;) {
@@ -353,7 +337,42 @@ static void run_token(struct fq_work *w)
 					      memory_order_relaxed);
 		if (i >= n)
 			break;
-		run_chunk(rec, prog, i, n - i < chunk ? n : i + chunk);
+		ran += run_chunk(rec, prog, i, n - i < chunk ? n : i + chunk,
+				 &done);
+	}
+	if (done) {
+		if (ran != done) /* relaxed: a statistic */
+			atomic_fetch_add_explicit(&e->st_skipped, done - ran,
+						  memory_order_relaxed);
+		self = fq_self(e->q);
+		if (self >= 0) {
+			_Atomic uint64_t *cnt = &e->st_worker_children[self];
+			/* W: only this worker writes its slot. */
+			atomic_store_explicit(
+				cnt,
+				atomic_load_explicit(cnt,
+						     memory_order_relaxed) +
+					ran,
+				memory_order_relaxed);
+		} else { /* relaxed: a statistic */
+			atomic_fetch_add_explicit(&e->st_helper_children, ran,
+						  memory_order_relaxed);
+		}
+		/* Hand the progress over to `remaining`: clearing first means
+		 * a concurrent lookup may lag for an instant, never count a
+		 * child twice.  relaxed: as above. */
+		atomic_store_explicit(&prog->n, 0, memory_order_relaxed);
+		/* acq_rel: release publishes our result slots; the acquire
+		 * makes the zeroing thread see every other runner's (the join
+		 * argument above). */
+		if (atomic_fetch_sub_explicit(&rec->remaining, done,
+					      memory_order_acq_rel) == done) {
+			/* Every child has run: a worker that is not itself
+			 * inside a child only has library code left. */
+			if (!tls_child)
+				fq_tail(e->q);
+			finalise(rec);
+		}
 	}
 	fanout__rec_put(rec, 1);
 }
@@ -520,6 +539,7 @@ static struct record *rec_alloc(struct fanout_engine *e,
 		atomic_init(&rec->progress[i].n, 0);
 	atomic_init(&rec->runner_next, 0);
 	rec->owned = (uint8_t *)(rec->tasks + n);
+	memset(rec->owned, 0, n);
 	area = (char *)rec->owned + n;
 	for (i = 0; i < n; i++) {
 		const char *g = b->tasks[i].goal;

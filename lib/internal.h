@@ -102,6 +102,10 @@ struct record {
 	uint8_t *owned;			/* C: per child, OWN_* bits */
 	struct progress_slot *progress; /* I: nrunners slots */
 	unsigned nrunners;		/* I: tokens + the fanout_run caller */
+	/* A: FANOUT_CANCEL_* | CANCEL_SHUTDOWN | CANCEL_FINAL.  Read before
+	 * every child, written at most a few times per record: kept off the
+	 * line the runners' claim/join RMWs bounce. */
+	_Atomic uint32_t cancel;
 	struct cds_lfht_node node;	/* table linkage (liburcu) */
 	struct rcu_head rcu;		/* deferred free */
 	struct cds_wfcq_node qnode;	/* sink linkage */
@@ -111,7 +115,6 @@ struct record {
 	_Atomic uint32_t claim __attribute__((aligned(CACHELINE))); /* A */
 	_Atomic uint32_t remaining;   /* A: join counter */
 	_Atomic uint32_t runner_next; /* A: hands out progress slots */
-	_Atomic uint32_t cancel;      /* A: FANOUT_CANCEL_* | CANCEL_SHUTDOWN */
 	_Atomic uint32_t refs;	      /* A */
 	_Atomic uint32_t state;	      /* A: enum rec_state */
 	_Atomic uint32_t done_word;   /* A: synchronous join, see fq_done_* */
@@ -148,6 +151,7 @@ struct fanout_engine {
 	struct cds_lfht *sinks; /* sinks by address */
 	struct fanout_sink *default_sink;
 	_Atomic(struct record *) *kept; /* A: cfg.keep_completed slots */
+	_Atomic uint64_t *st_worker_children; /* I pointer; per worker, W */
 	unsigned max_tokens;		/* I: min(workers, max_children) */
 
 	/* Touched only by dispatching threads. */
@@ -172,8 +176,7 @@ struct fanout_engine {
 	_Atomic uint64_t st_rejected __attribute__((aligned(CACHELINE)));
 	_Atomic uint64_t st_cancelled;
 	_Atomic uint64_t st_skipped;
-	_Atomic uint64_t st_helper_children;  /* run by non-worker threads */
-	_Atomic uint64_t *st_worker_children; /* per worker, W */
+	_Atomic uint64_t st_helper_children; /* run by non-worker threads */
 };
 
 /* record.c */

@@ -227,7 +227,8 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 {
 	uint64_t deadline = 0, spin_until;
 	struct record *rec;
-	unsigned i;
+	struct fq *q;
+	bool helps;
 
 	if (!s || !ev)
 		return -EINVAL;
@@ -241,26 +242,48 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 		*ev = &rec->ev;
 		return 0;
 	}
-	fq_note_app_cpu(s->e->q); /* we are about to spin for an event */
+	q = s->e->q;
+	/* Helping only at the top level: a child waiting on a sink must not
+	 * grow its stack with unrelated children (see fanout.h). */
+	helps = (s->e->cfg.flags & FANOUT_WAIT_HELPS) && !fanout__current();
+	fq_note_app_cpu(q); /* we are about to spin for an event */
 	spin_until = fq_now_ns();
 	if (timeout_ms > 0)
 		deadline = spin_until + (uint64_t)timeout_ms * 1000000ull;
-	spin_until += fq_spin_ns(s->e->q);
+	spin_until += fq_spin_ns(q);
 	if (deadline && spin_until > deadline)
 		spin_until =
 			deadline; /* never spin past the caller's timeout */
-	for (i = 0;; i++) {
+	for (;;) {
+		uint64_t now;
 		uint32_t v;
 
 		rec = take(s);
 		if (rec)
 			break;
+		if (helps && fq_help_one(q)) {
+			/* The token may have published our event; the clock
+			 * is read only when it did not. */
+			if (!cds_wfcq_empty(&s->head, &s->tail))
+				continue;
+			now = fq_now_ns();
+			if (deadline && now >= deadline)
+				goto last_look;
+			if (spin_until < now + fq_spin_ns(q))
+				spin_until = now + fq_spin_ns(q);
+			if (deadline && spin_until > deadline)
+				spin_until = deadline;
+			continue;
+		}
 		if (fq_now_ns() < spin_until) {
-			/* Spin: the cheap emptiness check, between clock reads. */
+			/* Spin: the cheap emptiness checks, between clock
+			 * reads. */
 			unsigned k;
 
-			for (k = 0;
-			     k < 64 && cds_wfcq_empty(&s->head, &s->tail); k++)
+			for (k = 0; k < 64 &&
+				    cds_wfcq_empty(&s->head, &s->tail) &&
+				    !(helps && fq_pending(q));
+			     k++)
 				fq_spin_relax(k);
 			continue;
 		}
@@ -271,13 +294,18 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 		}
 		if (!fq_ec_wait(&s->ec, v, deadline)) {
 			fq_ec_done(&s->ec);
-			rec = take(s); /* one last look at the deadline */
-			if (!rec)
-				disarm(s);
-			break;
+			goto last_look;
 		}
 		fq_ec_done(&s->ec);
 	}
+	leave(s);
+	*ev = &rec->ev;
+	return 0;
+
+last_look: /* the deadline passed: one last look, then -ETIMEDOUT */
+	rec = take(s);
+	if (!rec)
+		disarm(s);
 	leave(s);
 	if (!rec)
 		return -ETIMEDOUT;

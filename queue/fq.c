@@ -33,8 +33,10 @@
  *    at most n - s sleepers, where s is the number of spinning workers
  *    (kick()), and a woken worker that finds the ring empty again simply
  *    goes back through the protocol.  A worker counts in `spinning` from
- *    before its spin until it leaves the spin phase (seq_cst decrement),
- *    which it does BEFORE it announces itself as a waiter (W1).  A producer
+ *    before its spin (or from fq_tail(), when the item it runs has only
+ *    bounded library code left) until it leaves the spin phase or takes a
+ *    token (seq_cst decrement), which it does BEFORE it announces itself
+ *    as a waiter (W1) and before its next look at the ring.  A producer
  *    that counted it read `spinning` before that decrement, and enqueued
  *    before that read; so the token precedes the worker's take after the
  *    spin and its re-check (W3), which therefore see it, or someone took
@@ -88,6 +90,7 @@ struct fq_worker {
 	unsigned index;		  /* I */
 	int cpu;		  /* I: pinned CPU or -1 */
 	bool started;		  /* I: pthread_create succeeded */
+	bool counted;		  /* W: counted in q->spinning (argument 3) */
 	_Atomic uint64_t items;	  /* W: read by stats with relaxed loads */
 	_Atomic uint64_t parks;	  /* W */
 	_Atomic uint64_t wakeups; /* W */
@@ -152,27 +155,25 @@ void fq_spin_relax(unsigned i)
  * 7 us; every 1024 everywhere cost batch-64 throughput 4.9M -> 1.7M
  * children/s (the dispatcher waited for its CPU).
  */
-static void fq_worker_relax(const struct fq_worker *self, unsigned i)
-{
-	unsigned every = 1024;
-
-	/* relaxed: a placement hint; a stale value only costs a yield. */
-	if (self->cpu >= 0 &&
-	    atomic_load_explicit(&self->q->app_cpu, memory_order_relaxed) ==
-		    self->cpu)
-		every = 64;
-	if ((i & (every - 1)) == every - 1)
-		sched_yield();
-	else
-		ck_pr_stall();
-}
-
 static bool app_cpu_worker(const struct fq_worker *self)
 {
 	/* relaxed: a placement hint, see fq_worker_relax(). */
 	return self->q->nworkers > 1 && self->cpu >= 0 &&
 	       atomic_load_explicit(&self->q->app_cpu, memory_order_relaxed) ==
 		       self->cpu;
+}
+
+static void fq_worker_relax(const struct fq_worker *self, unsigned i)
+{
+	unsigned every = 1024;
+
+	/* relaxed: a placement hint; a stale value only costs a yield. */
+	if (app_cpu_worker(self))
+		every = 1;
+	if ((i & (every - 1)) == every - 1)
+		sched_yield();
+	else
+		ck_pr_stall();
 }
 
 void fq_note_app_cpu(struct fq *q)
@@ -403,19 +404,27 @@ static void *worker_main(void *arg)
 		uint32_t v;
 
 		if (take(q, &w)) {
+			if (self->counted) { /* counted since fq_tail() */
+				self->counted = false;
+				stop_spinning(q);
+				hand_on(q);
+			}
 			run_item(self, w);
 			continue;
 		}
 		/* Spin: the ring is checked with a plain size read, cheap and
 		 * local while nothing changes.  seq_cst: we are counted as a
-		 * spinner from here until stop_spinning() below (arg. 3). */
-		atomic_fetch_add_explicit(&q->spinning, 1,
-					  memory_order_seq_cst);
+		 * spinner from here (or from fq_tail()) until stop_spinning()
+		 * below (arg. 3). */
+		if (!self->counted)
+			atomic_fetch_add_explicit(&q->spinning, 1,
+						  memory_order_seq_cst);
+		self->counted = false;
 		/* The worker sharing its CPU with the application thread does
 		 * not spin while other workers can (it would only compete with
 		 * that thread): it parks at once and is woken when the
 		 * spinners cannot cover the work (argument 3). */
-		for (i = 0; !app_cpu_worker(self); i++) {
+		for (i = 0;; i++) {
 			if (ck_ring_size(&q->ring) != 0 ||
 			    atomic_load_explicit(&q->stopping,
 						 memory_order_relaxed))
@@ -596,6 +605,45 @@ void fq_help_wait(struct fq *q, struct fq_work *w, unsigned extra,
 	fq_submit(q, w, extra);
 	w->fn(w);
 	fq_done_wait(done, q->spin_ns);
+}
+
+/*
+ * The tail (argument 3): the calling worker has run the last user code of
+ * its current item and only bounded, non-blocking library code is left
+ * (finalising, publishing, freeing).  It counts as a spinner from now on,
+ * so a producer woken by what it publishes (a consumer that dispatches
+ * again at once) finds it counted and makes no FUTEX_WAKE; the worker
+ * checks the ring as soon as the item returns.
+ */
+void fq_tail(struct fq *q)
+{
+	struct fq_worker *self = tls_self;
+
+	if (!self || self->q != q || self->counted)
+		return;
+	self->counted = true;
+	/* seq_cst: as the increment in worker_main (argument 3). */
+	atomic_fetch_add_explicit(&q->spinning, 1, memory_order_seq_cst);
+}
+
+/*
+ * A helper is never counted in `spinning`, so no producer left a token to it
+ * (argument 3): taking one only removes work that someone else would have
+ * run; the tokens it leaves behind are covered exactly as before.
+ */
+bool fq_help_one(struct fq *q)
+{
+	struct fq_work *w;
+
+	if (tls_self || !take(q, &w))
+		return false;
+	w->fn(w);
+	return true;
+}
+
+bool fq_pending(const struct fq *q)
+{
+	return ck_ring_size(&q->ring) != 0;
 }
 
 uint64_t fq_spin_ns(const struct fq *q)

@@ -124,6 +124,20 @@ void fq_submit(struct fq *q, struct fq_work *w, unsigned n);
 void fq_help_wait(struct fq *q, struct fq_work *w, unsigned extra,
 		  _Atomic uint32_t *done);
 
+/*
+ * Help-while-wait for an application thread with nothing else to do (a
+ * fanout_wait on an engine created with FANOUT_WAIT_HELPS): take ONE token
+ * from the ring and run it on the calling thread.  Returns false, having
+ * done nothing, when the ring is empty or the caller is a worker of @q.
+ */
+bool fq_help_one(struct fq *q);
+/* Called by a worker's item once no user code is left to run in it: the
+ * worker counts as a spinner from now on (fq.c, argument 3).  A no-op on
+ * any other thread. */
+void fq_tail(struct fq *q);
+/* Whether tokens wait in the ring (a relaxed hint for a helper's spin). */
+bool fq_pending(const struct fq *q);
+
 uint64_t fq_spin_ns(const struct fq *q);
 /* Index of the calling worker thread of @q, or -1 if it is not one. */
 int fq_self(const struct fq *q);

@@ -607,6 +607,130 @@ static void sink_consumers_on_two_sinks(void **state)
 	fanout_destroy(e);
 }
 
+/* ------------------------------------------------- FANOUT_WAIT_HELPS */
+
+struct helpfix {
+	struct fanout_engine *e;
+	struct fanout_sink *s2;
+	atomic_int gate;
+	struct tbatch *blocker; /* 1 gated child: occupies the only worker */
+	struct tbatch *queued;	/* 2 children on s2, queued behind it */
+	fanout_id qid;
+};
+
+static void helpfix_start(struct helpfix *f, unsigned flags)
+{
+	f->e = NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN | flags);
+	atomic_init(&f->gate, 0);
+	assert_int_equal(fanout_sink_create(f->e, &f->s2), 0);
+	f->blocker = tb_new(1);
+	tb_gate(f->blocker, &f->gate);
+	must_dispatch(f->e, f->blocker);
+	/* the worker holds the blocker's child, so it cannot take more */
+	assert_true(wait_ge(&f->blocker->probes[0].runs, 1, WAIT_MS));
+	f->queued = tb_new(2);
+	f->queued->b.sink = f->s2;
+	f->qid = must_dispatch(f->e, f->queued);
+}
+
+static void helpfix_finish(struct helpfix *f)
+{
+	struct fanout_event *ev;
+
+	atomic_store(&f->gate, 1);
+	ev = must_wait(fanout_default_sink(f->e));
+	check_all_completed(ev, f->blocker);
+	assert_false(pthread_equal(f->blocker->probes[0].thread,
+				   pthread_self()));
+	fanout_event_free(ev);
+	assert_int_equal(fanout_sink_destroy(f->s2), 0);
+	tb_free(f->blocker);
+	tb_free(f->queued);
+	fanout_destroy(f->e);
+}
+
+/* The only worker is stuck: a helping wait runs the queued children on the
+ * waiting thread and gets their event; without the flag it would time
+ * out (wait_pure_does_not_help). */
+static void wait_helps_runs_queued_children(void **state)
+{
+	struct helpfix f;
+	struct fanout_event *ev = NULL;
+
+	helpfix_start(&f, FANOUT_WAIT_HELPS);
+	uint64_t helped0 = stats_of(f.e).children_run;
+	assert_int_equal(fanout_wait(f.s2, &ev, WAIT_MS), 0);
+	assert_true(ev->id == f.qid);
+	check_all_completed(ev, f.queued);
+	for (unsigned i = 0; i < 2; i++)
+		assert_true(pthread_equal(f.queued->probes[i].thread,
+					  pthread_self()));
+	assert_int_equal(stats_of(f.e).children_run, helped0 + 2);
+	fanout_event_free(ev);
+	helpfix_finish(&f);
+}
+
+static void wait_pure_does_not_help(void **state)
+{
+	struct helpfix f;
+	struct fanout_event *ev = NULL;
+
+	helpfix_start(&f, 0);
+	assert_int_equal(fanout_wait(f.s2, &ev, 30), -ETIMEDOUT);
+	assert_int_equal(tb_runs(f.queued), 0);
+	atomic_store(&f.gate, 1);
+	ev = must_wait(f.s2);
+	assert_true(ev->id == f.qid);
+	check_all_completed(ev, f.queued);
+	assert_false(pthread_equal(f.queued->probes[0].thread,
+				   pthread_self()));
+	fanout_event_free(ev);
+	helpfix_finish(&f);
+}
+
+/* Inside a child (here one of fanout_run's, on this thread) a wait does not
+ * help: unrelated children must not pile up on a child's stack. */
+struct nested_wait {
+	struct fanout_sink *s;
+	int rc;
+};
+
+static int nested_wait_fn(struct fanout_child *c, void *arg)
+{
+	struct nested_wait *nw = arg;
+	struct fanout_event *ev = NULL;
+
+	(void)c;
+	nw->rc = fanout_wait(nw->s, &ev, 30);
+	if (nw->rc == 0)
+		fanout_event_free(ev);
+	return 0;
+}
+
+static void wait_in_child_does_not_help(void **state)
+{
+	struct helpfix f;
+	struct nested_wait nw = {.rc = 1};
+	struct fanout_task t = {.fn = nested_wait_fn, .arg = &nw};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	struct fanout_event *ev = NULL;
+
+	helpfix_start(&f, FANOUT_WAIT_HELPS);
+	nw.s = f.s2;
+	assert_int_equal(fanout_run(f.e, &b, &ev), 0);
+	assert_int_equal(ev->status, FANOUT_COMPLETED);
+	fanout_event_free(ev);
+	assert_int_equal(nw.rc, -ETIMEDOUT);
+	assert_int_equal(tb_runs(f.queued), 0);
+	/* at the top level the same thread does help */
+	ev = must_wait(f.s2);
+	assert_true(ev->id == f.qid);
+	assert_true(pthread_equal(f.queued->probes[1].thread,
+				  pthread_self()));
+	fanout_event_free(ev);
+	helpfix_finish(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -628,6 +752,9 @@ int main(void)
 		TC(sink_of_other_engine_einval),
 		TC(sink_concurrent_pollers_ebusy),
 		TC(sink_consumers_on_two_sinks),
+		TC(wait_helps_runs_queued_children),
+		TC(wait_pure_does_not_help),
+		TC(wait_in_child_does_not_help),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

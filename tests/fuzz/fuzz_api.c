@@ -367,7 +367,7 @@ static int child(struct fanout_child *c, void *arg)
 
 static bool cfg_valid(const struct fanout_config *c)
 {
-	return !(c->flags & ~FANOUT_NO_PIN) && c->workers <= 1024 &&
+	return !(c->flags & ~(FANOUT_NO_PIN | FANOUT_WAIT_HELPS)) && c->workers <= 1024 &&
 	       c->max_tasks <= (1u << 24) && c->max_depth <= 64 &&
 	       c->spin_ns <= 1000000000ull && c->queue_slots <= (1u << 24) &&
 	       c->max_async <= (1u << 20) && c->keep_completed <= (1u << 24) &&
@@ -455,7 +455,8 @@ static void op_create(struct in *in)
 		return;
 	memset(&c, 0, sizeof(c));
 	c.workers = 1 + (byte(in) & 1);
-	c.flags = (sel & 1) ? FANOUT_NO_PIN : 0;
+	c.flags = ((sel & 1) ? FANOUT_NO_PIN : 0) |
+		  ((sel & 2) ? FANOUT_WAIT_HELPS : 0);
 	c.queue_slots = byte(in) % 40;
 	c.max_async = byte(in) % 5;
 	c.max_children = byte(in) % 4;
