@@ -169,7 +169,7 @@ static void fq_worker_relax(const struct fq_worker *self, unsigned i)
 
 	/* relaxed: a placement hint; a stale value only costs a yield. */
 	if (app_cpu_worker(self))
-		every = 1;
+		every = 64; /* became the app CPU's worker while spinning */
 	if ((i & (every - 1)) == every - 1)
 		sched_yield();
 	else
@@ -412,37 +412,62 @@ static void *worker_main(void *arg)
 			run_item(self, w);
 			continue;
 		}
-		/* Spin: the ring is checked with a plain size read, cheap and
-		 * local while nothing changes.  seq_cst: we are counted as a
-		 * spinner from here (or from fq_tail()) until stop_spinning()
-		 * below (arg. 3). */
-		if (!self->counted)
-			atomic_fetch_add_explicit(&q->spinning, 1,
-						  memory_order_seq_cst);
-		self->counted = false;
-		/* The worker sharing its CPU with the application thread does
-		 * not spin while other workers can (it would only compete with
-		 * that thread): it parks at once and is woken when the
-		 * spinners cannot cover the work (argument 3). */
-		for (i = 0;; i++) {
-			if (ck_ring_size(&q->ring) != 0 ||
-			    atomic_load_explicit(&q->stopping,
-						 memory_order_relaxed))
-				break;
-			if ((i & 63) == 0) {
-				uint64_t now = fq_now_ns();
-
-				if (!deadline)
-					deadline = now + q->spin_ns;
-				else if (now >= deadline)
-					break;
+		if (app_cpu_worker(self)) {
+			/* The worker sharing its CPU with the application
+			 * thread spins too, but yields at every step and is
+			 * NOT counted: it runs only when that thread blocks or
+			 * yields (e.g. spinning in fanout_wait), so producers
+			 * must not rely on it (argument 3) - they wake a
+			 * parked worker instead, which a counted phantom
+			 * spinner here would prevent. */
+			if (self->counted) {
+				self->counted = false;
+				stop_spinning(q);
 			}
-			fq_worker_relax(self, i);
+			for (i = 0;; i++) {
+				if (ck_ring_size(&q->ring) != 0 ||
+				    atomic_load_explicit(&q->stopping,
+							 memory_order_relaxed))
+					break;
+				if ((i & 63) == 0) {
+					uint64_t now = fq_now_ns();
+
+					if (!deadline)
+						deadline = now + q->spin_ns;
+					else if (now >= deadline)
+						break;
+				}
+				sched_yield();
+			}
+		} else {
+			/* Spin: the ring is checked with a plain size read,
+			 * cheap and local while nothing changes.  seq_cst: we
+			 * are counted as a spinner from here (or from
+			 * fq_tail()) until stop_spinning() below (arg. 3). */
+			if (!self->counted)
+				atomic_fetch_add_explicit(&q->spinning, 1,
+							  memory_order_seq_cst);
+			self->counted = false;
+			for (i = 0; !app_cpu_worker(self); i++) {
+				if (ck_ring_size(&q->ring) != 0 ||
+				    atomic_load_explicit(&q->stopping,
+							 memory_order_relaxed))
+					break;
+				if ((i & 63) == 0) {
+					uint64_t now = fq_now_ns();
+
+					if (!deadline)
+						deadline = now + q->spin_ns;
+					else if (now >= deadline)
+						break;
+				}
+				fq_worker_relax(self, i);
+			}
+			/* We stop counting as a spinner BEFORE announcing
+			 * ourselves as a waiter, so every token a producer
+			 * left to us precedes the re-check below (arg. 3). */
+			stop_spinning(q);
 		}
-		/* We stop counting as a spinner BEFORE announcing ourselves as
-		 * a waiter, so every token a producer left to us precedes the
-		 * re-check below (argument 3). */
-		stop_spinning(q);
 		if (take(q, &w)) {
 			hand_on(q);
 			run_item(self, w);
