@@ -191,6 +191,7 @@ struct peer_ops {
 
 extern const struct peer_ops peer_fanout_dispatch;
 extern const struct peer_ops peer_fanout_run;
+extern const struct peer_ops peer_fanout_help;
 #ifdef BENCH_HAVE_PEERS
 extern const struct peer_ops peer_mutexpool;
 extern const struct peer_ops peer_uv;

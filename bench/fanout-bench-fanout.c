@@ -5,6 +5,8 @@
  *   fanout      fanout_dispatch() + events taken from the default sink with
  *               fanout_wait() (the background path an orchestrator uses);
  *               join(b) consumes events until b's has arrived.
+ *   fanout_help the same with FANOUT_WAIT_HELPS: fanout_wait() runs queued
+ *               children while the sink is empty (a dedicated consumer).
  *   fanout_run  fanout_run(): synchronous, the caller helps run its batch
  *               (the shape of an OpenMP taskgroup or a TBB task_group wait).
  *
@@ -70,8 +72,6 @@ struct fanout_engine *bench_fo_engine(unsigned workers,
 	else
 		memset(&cfg, 0, sizeof(cfg));
 	cfg.workers = workers;
-	if (getenv("FO_FLAGS"))
-		cfg.flags |= (unsigned)strtoul(getenv("FO_FLAGS"), NULL, 0);
 	int rc = fanout_create(&cfg, &e);
 	if (rc)
 		bench_die("fanout_create: %s", fanout_strerror(rc));
@@ -97,15 +97,27 @@ struct fo_batch {
 	bool done;
 };
 
-static int fo_create(unsigned nthreads, void **out)
+static int fo_create_flags(unsigned nthreads, unsigned flags, void **out)
 {
 	struct fo_ctx *c = calloc(1, sizeof(*c));
+	struct fanout_config cfg = {.flags = flags};
 	if (!c)
 		return -ENOMEM;
-	c->e = bench_fo_engine(nthreads, NULL);
+	c->e = bench_fo_engine(nthreads, &cfg);
 	c->sink = fanout_default_sink(c->e);
 	*out = c;
 	return 0;
+}
+
+static int fo_create(unsigned nthreads, void **out)
+{
+	return fo_create_flags(nthreads, 0, out);
+}
+
+/* The consumer thread has nothing else to do: let its waits run work. */
+static int fo_create_help(unsigned nthreads, void **out)
+{
+	return fo_create_flags(nthreads, FANOUT_WAIT_HELPS, out);
 }
 
 static void fo_destroy(void *ctx)
@@ -231,6 +243,18 @@ const struct peer_ops peer_fanout_dispatch = {
 	.name = "fanout",
 	.desc = "fanout_dispatch + fanout_wait on the default sink",
 	.create = fo_create,
+	.destroy = fo_destroy,
+	.batch_new = fo_batch_new,
+	.batch_free = fo_batch_free,
+	.submit = fo_submit,
+	.join = fo_join,
+	.rejected = fo_rejected,
+};
+
+const struct peer_ops peer_fanout_help = {
+	.name = "fanout_help",
+	.desc = "fanout_dispatch + fanout_wait, engine with FANOUT_WAIT_HELPS",
+	.create = fo_create_help,
 	.destroy = fo_destroy,
 	.batch_new = fo_batch_new,
 	.batch_free = fo_batch_free,

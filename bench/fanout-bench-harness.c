@@ -14,6 +14,7 @@
 
 static const struct peer_ops *const all_peers[] = {
 	&peer_fanout_dispatch,
+	&peer_fanout_help,
 	&peer_fanout_run,
 #ifdef BENCH_HAVE_PEERS
 	&peer_mutexpool,

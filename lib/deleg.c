@@ -253,7 +253,8 @@ static void run_child(struct record *rec, unsigned i, uint64_t *clock)
 	r->code = rc;
 	if (rc == 0) {
 		r->status = FANOUT_COMPLETED;
-		if (rec->owned[i] & OWN_ERROR) { /* set, then completed anyway */
+		if (rec->owned[i] &
+		    OWN_ERROR) { /* set, then completed anyway */
 			fanout__str_free(r->error);
 			rec->owned[i] = 0;
 		}

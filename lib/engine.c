@@ -63,11 +63,11 @@ static int resolve(const struct fanout_config *in, struct fanout_config *c)
 	struct fanout_config z = {0};
 
 	*c = in ? *in : z;
-	if ((c->flags & ~(FANOUT_NO_PIN | FANOUT_WAIT_HELPS)) || c->workers > MAX_WORKERS ||
-	    c->max_tasks > MAX_TASKS || c->max_depth > MAX_DEPTH ||
-	    c->spin_ns > MAX_SPIN_NS || c->queue_slots > MAX_SLOTS ||
-	    c->max_async > MAX_ASYNC || c->keep_completed > MAX_KEEP ||
-	    c->max_children > MAX_TASKS)
+	if ((c->flags & ~(FANOUT_NO_PIN | FANOUT_WAIT_HELPS)) ||
+	    c->workers > MAX_WORKERS || c->max_tasks > MAX_TASKS ||
+	    c->max_depth > MAX_DEPTH || c->spin_ns > MAX_SPIN_NS ||
+	    c->queue_slots > MAX_SLOTS || c->max_async > MAX_ASYNC ||
+	    c->keep_completed > MAX_KEEP || c->max_children > MAX_TASKS)
 		return -EINVAL;
 	if (!c->workers)
 		c->workers = cpu_count();

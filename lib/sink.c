@@ -280,9 +280,9 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 			 * reads. */
 			unsigned k;
 
-			for (k = 0; k < 64 &&
-				    cds_wfcq_empty(&s->head, &s->tail) &&
-				    !(helps && fq_pending(q));
+			for (k = 0;
+			     k < 64 && cds_wfcq_empty(&s->head, &s->tail) &&
+			     !(helps && fq_pending(q));
 			     k++)
 				fq_spin_relax(k);
 			continue;

@@ -640,8 +640,8 @@ static void helpfix_finish(struct helpfix *f)
 	atomic_store(&f->gate, 1);
 	ev = must_wait(fanout_default_sink(f->e));
 	check_all_completed(ev, f->blocker);
-	assert_false(pthread_equal(f->blocker->probes[0].thread,
-				   pthread_self()));
+	assert_false(
+		pthread_equal(f->blocker->probes[0].thread, pthread_self()));
 	fanout_event_free(ev);
 	assert_int_equal(fanout_sink_destroy(f->s2), 0);
 	tb_free(f->blocker);
@@ -682,8 +682,7 @@ static void wait_pure_does_not_help(void **state)
 	ev = must_wait(f.s2);
 	assert_true(ev->id == f.qid);
 	check_all_completed(ev, f.queued);
-	assert_false(pthread_equal(f.queued->probes[0].thread,
-				   pthread_self()));
+	assert_false(pthread_equal(f.queued->probes[0].thread, pthread_self()));
 	fanout_event_free(ev);
 	helpfix_finish(&f);
 }
@@ -725,8 +724,7 @@ static void wait_in_child_does_not_help(void **state)
 	/* at the top level the same thread does help */
 	ev = must_wait(f.s2);
 	assert_true(ev->id == f.qid);
-	assert_true(pthread_equal(f.queued->probes[1].thread,
-				  pthread_self()));
+	assert_true(pthread_equal(f.queued->probes[1].thread, pthread_self()));
 	fanout_event_free(ev);
 	helpfix_finish(&f);
 }

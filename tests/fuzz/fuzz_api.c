@@ -367,11 +367,11 @@ static int child(struct fanout_child *c, void *arg)
 
 static bool cfg_valid(const struct fanout_config *c)
 {
-	return !(c->flags & ~(FANOUT_NO_PIN | FANOUT_WAIT_HELPS)) && c->workers <= 1024 &&
-	       c->max_tasks <= (1u << 24) && c->max_depth <= 64 &&
-	       c->spin_ns <= 1000000000ull && c->queue_slots <= (1u << 24) &&
-	       c->max_async <= (1u << 20) && c->keep_completed <= (1u << 24) &&
-	       c->max_children <= (1u << 24);
+	return !(c->flags & ~(FANOUT_NO_PIN | FANOUT_WAIT_HELPS)) &&
+	       c->workers <= 1024 && c->max_tasks <= (1u << 24) &&
+	       c->max_depth <= 64 && c->spin_ns <= 1000000000ull &&
+	       c->queue_slots <= (1u << 24) && c->max_async <= (1u << 20) &&
+	       c->keep_completed <= (1u << 24) && c->max_children <= (1u << 24);
 }
 
 static void receive(int eng, int sink, struct fanout_event *ev, struct in *in)
