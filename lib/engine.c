@@ -224,6 +224,7 @@ void fanout_destroy(struct fanout_engine *e)
 	fanout__free(e->st_worker_children,
 		     sizeof(*e->st_worker_children) * e->cfg.workers);
 	fanout__free(e, sizeof(*e));
+	fanout__alloc_trim(); /* the pages kept warm for large blocks */
 }
 
 int fanout_stats(struct fanout_engine *e, struct fanout_stats *st)

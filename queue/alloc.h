@@ -18,6 +18,8 @@
 #define ALLOC_ALIGN 64
 void *fanout__alloc(size_t size);
 void fanout__free(void *p, size_t size);
+/* Give the kernel back the free pages kept for large blocks (alloc.c). */
+void fanout__alloc_trim(void);
 /* Natural alignment, for strings. */
 void *fanout__alloc_small(size_t size);
 void fanout__free_small(void *p, size_t size);
