@@ -25,7 +25,8 @@
  * publish enqueues, then fq_ec_signal bumps the sequence and wakes if anyone
  * announced.  No lost wakeup.
  *
- * Destroy.  `pending` counts accepted delegations that will publish here.
+ * Destroy.  `pending` counts accepted delegations that will publish here
+ * (not kept for the default sink, which fanout_sink_destroy refuses).
  * A publisher drops its unit before it enqueues, but it does all of its
  * publishing inside the RCU read lock; fanout_sink_destroy() only unlinks
  * the sink and hands it to call_rcu, whose callback drains and frees it
@@ -148,7 +149,9 @@ void fanout__sink_publish(struct fanout_sink *s, struct record *rec)
 	 * `pending` first is safe because the caller (the finaliser) holds
 	 * the RCU read lock: a sink destroyed from now on is drained and freed
 	 * only after a grace period, i.e. after this publish has finished. */
-	atomic_fetch_sub_explicit(&s->pending, 1, memory_order_release);
+	if (!s->is_default) /* the default sink keeps no count (dispatch) */
+		atomic_fetch_sub_explicit(&s->pending, 1,
+					  memory_order_release);
 	FQ_HANDOFF_RELEASE(rec);
 	cds_wfcq_enqueue(&s->head, &s->tail, &rec->qnode);
 	/* full barrier (seq_cst RMW) between the enqueue and the reads of
