@@ -8,12 +8,12 @@ set logscale xy
 set xlabel 'children per batch (1 and 8: 16 children in flight)'
 set ylabel 'children / s'
 set xtics (1, 8, 64, 512, 4096)
-plot for [i=2:9] 'bench/out/throughput.dat' using 1:i with linespoints lw 2 title columnheader(i)
+plot for [i=2:10] 'bench/out/throughput.dat' using 1:i with linespoints lw 2 title columnheader(i)
 set output 'bench/out/submit.png'
 set title 'submit call cost vs batch size: time until fanout_dispatch() / the peer''s submit returns'
 set ylabel 'ns per call'
 set xlabel 'children per batch'
-plot for [i=2:7] 'bench/out/submit.dat' using 1:i with linespoints lw 2 title columnheader(i)
+plot for [i=2:8] 'bench/out/submit.dat' using 1:i with linespoints lw 2 title columnheader(i)
 reset
 set terminal pngcairo size 1000,640 noenhanced
 set output 'bench/out/latency.png'
