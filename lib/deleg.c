@@ -643,8 +643,7 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	 * default sink cannot be destroyed, so it keeps no count: one shared
 	 * RMW less on the dispatch and on the publish. */
 	if (!s->is_default)
-		atomic_fetch_add_explicit(&s->pending, 1,
-					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->pending, 1, memory_order_relaxed);
 	atomic_init(&rec->refs, 2 + got);
 	rec->chunk = chunk_for(b->ntasks, got);
 	id = rec->id;

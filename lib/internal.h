@@ -106,10 +106,10 @@ struct record {
 	 * every child, written at most a few times per record: kept off the
 	 * line the runners' claim/join RMWs bounce. */
 	_Atomic uint32_t cancel;
-	struct cds_lfht_node node;	/* table linkage (liburcu) */
-	struct rcu_head rcu;		/* deferred free */
-	struct cds_wfcq_node qnode;	/* sink linkage */
-	uint64_t finish_seq;		/* F: position among finished records */
+	struct cds_lfht_node node;  /* table linkage (liburcu) */
+	struct rcu_head rcu;	    /* deferred free */
+	struct cds_wfcq_node qnode; /* sink linkage */
+	uint64_t finish_seq;	    /* F: position among finished records */
 
 	/* Hot: every child of the batch touches these; own line. */
 	_Atomic uint32_t claim __attribute__((aligned(CACHELINE))); /* A */
@@ -150,9 +150,9 @@ struct fanout_engine {
 	struct cds_lfht *table; /* records by id */
 	struct cds_lfht *sinks; /* sinks by address */
 	struct fanout_sink *default_sink;
-	_Atomic(struct record *) *kept; /* A: cfg.keep_completed slots */
+	_Atomic(struct record *) *kept;	      /* A: cfg.keep_completed slots */
 	_Atomic uint64_t *st_worker_children; /* I pointer; per worker, W */
-	unsigned max_tokens;		/* I: min(workers, max_children) */
+	unsigned max_tokens; /* I: min(workers, max_children) */
 
 	/* Touched only by dispatching threads. */
 	_Atomic uint64_t next_id __attribute__((aligned(CACHELINE)));

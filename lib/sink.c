@@ -150,8 +150,7 @@ void fanout__sink_publish(struct fanout_sink *s, struct record *rec)
 	 * the RCU read lock: a sink destroyed from now on is drained and freed
 	 * only after a grace period, i.e. after this publish has finished. */
 	if (!s->is_default) /* the default sink keeps no count (dispatch) */
-		atomic_fetch_sub_explicit(&s->pending, 1,
-					  memory_order_release);
+		atomic_fetch_sub_explicit(&s->pending, 1, memory_order_release);
 	FQ_HANDOFF_RELEASE(rec);
 	cds_wfcq_enqueue(&s->head, &s->tail, &rec->qnode);
 	/* full barrier (seq_cst RMW) between the enqueue and the reads of

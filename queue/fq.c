@@ -113,7 +113,7 @@ struct fq {
 	 * when they go idle. */
 	struct fq_ec idle __attribute__((aligned(FQ_CACHELINE)));
 	_Atomic uint32_t spinning; /* A: workers in the spin phase (arg. 3) */
-	_Atomic int app_cpu;	   /* A: hint, see fq_worker_relax() */
+	_Atomic int app_cpu;	   /* A: hint, see app_cpu_worker() */
 	_Atomic bool stopping;
 	bool stopped; /* only fq_stop's caller */
 };
@@ -143,44 +143,68 @@ void fq_spin_relax(unsigned i)
 		ck_pr_stall();
 }
 
-/*
- * The workers' spin step.  A worker pinned to the CPU where an application
- * thread last submitted work or waited for it (`app_cpu`) yields every 64
- * steps, like a waiter: that thread needs the CPU to receive what the
- * worker produces, and on a box with as many workers as CPUs it always
- * shares one.  Other workers yield only every 1024 steps (~40 us), which
- * bounds how long they can keep an unknown thread off their CPU without
- * turning every hand-off into a context switch.  Measured on a 2-vCPU box:
- * yielding every 64 steps everywhere cost hot single-child latency 2.7 ->
- * 7 us; every 1024 everywhere cost batch-64 throughput 4.9M -> 1.7M
- * children/s (the dispatcher waited for its CPU).
- */
+/* Is @self pinned to the CPU where an application thread last submitted
+ * work or waited for it (`app_cpu`)?  That worker always shares its CPU
+ * with the application thread on a box with as many workers as CPUs. */
 static bool app_cpu_worker(const struct fq_worker *self)
 {
-	/* relaxed: a placement hint, see fq_worker_relax(). */
+	/* relaxed: a placement hint; a stale value only costs a yield. */
 	return self->q->nworkers > 1 && self->cpu >= 0 &&
 	       atomic_load_explicit(&self->q->app_cpu, memory_order_relaxed) ==
 		       self->cpu;
 }
 
-static void fq_worker_relax(const struct fq_worker *self, unsigned i)
+/*
+ * An idle worker's spin, until the ring has tokens, the queue stops or
+ * spin_ns has passed.  The ring is checked with a plain size read, cheap
+ * and local while nothing changes.
+ *
+ * A counted spinner (argument 3) yields only every 1024 steps (~40 us),
+ * which bounds how long it can keep an unknown thread off its CPU without
+ * turning every hand-off into a context switch; it stops spinning at once
+ * if it turns out to be on the application's CPU.  The uncounted
+ * app-CPU worker (@yield_always) yields at every step, so it runs only
+ * while the application thread blocks or yields.  Measured on a 2-vCPU
+ * box: yielding every 64 steps everywhere cost hot single-child latency
+ * 2.7 -> 7 us; every 1024 everywhere cost batch-64 throughput 4.9M ->
+ * 1.7M children/s (the dispatcher waited for its CPU); parking the
+ * app-CPU worker at once cost a FUTEX_WAKE and a preemption of the
+ * application per dispatch (batch 1, 16 in flight: 330k vs 560k/s).
+ */
+static void spin_for_work(struct fq_worker *self, bool yield_always)
 {
-	unsigned every = 1024;
+	struct fq *q = self->q;
+	uint64_t deadline = 0;
+	unsigned i;
 
-	/* relaxed: a placement hint; a stale value only costs a yield. */
-	if (app_cpu_worker(self))
-		every = 64; /* became the app CPU's worker while spinning */
-	if ((i & (every - 1)) == every - 1)
-		sched_yield();
-	else
-		ck_pr_stall();
+	for (i = 0;; i++) {
+		if (ck_ring_size(&q->ring) != 0 ||
+		    atomic_load_explicit(&q->stopping, memory_order_relaxed))
+			return;
+		if ((i & 63) == 0) {
+			uint64_t now = fq_now_ns();
+
+			if (!deadline)
+				deadline = now + q->spin_ns;
+			else if (now >= deadline)
+				return;
+		}
+		if (yield_always)
+			sched_yield();
+		else if (app_cpu_worker(self))
+			return;
+		else if ((i & 1023) == 1023)
+			sched_yield();
+		else
+			ck_pr_stall();
+	}
 }
 
 void fq_note_app_cpu(struct fq *q)
 {
 	int cpu = sched_getcpu();
 
-	/* relaxed: a placement hint, see fq_worker_relax(). */
+	/* relaxed: a placement hint, see app_cpu_worker(). */
 	if (atomic_load_explicit(&q->app_cpu, memory_order_relaxed) != cpu)
 		atomic_store_explicit(&q->app_cpu, cpu, memory_order_relaxed);
 }
@@ -399,8 +423,6 @@ static void *worker_main(void *arg)
 
 	tls_self = self;
 	for (;;) {
-		uint64_t deadline = 0;
-		unsigned i;
 		uint32_t v;
 
 		if (take(q, &w)) {
@@ -414,55 +436,24 @@ static void *worker_main(void *arg)
 		}
 		if (app_cpu_worker(self)) {
 			/* The worker sharing its CPU with the application
-			 * thread spins too, but yields at every step and is
-			 * NOT counted: it runs only when that thread blocks or
-			 * yields (e.g. spinning in fanout_wait), so producers
-			 * must not rely on it (argument 3) - they wake a
-			 * parked worker instead, which a counted phantom
-			 * spinner here would prevent. */
+			 * thread spins NOT counted: it runs only when that
+			 * thread blocks or yields (e.g. spinning in
+			 * fanout_wait), so producers must not rely on it
+			 * (argument 3) - they wake a parked worker instead,
+			 * which a counted phantom spinner here would prevent. */
 			if (self->counted) {
 				self->counted = false;
 				stop_spinning(q);
 			}
-			for (i = 0;; i++) {
-				if (ck_ring_size(&q->ring) != 0 ||
-				    atomic_load_explicit(&q->stopping,
-							 memory_order_relaxed))
-					break;
-				if ((i & 63) == 0) {
-					uint64_t now = fq_now_ns();
-
-					if (!deadline)
-						deadline = now + q->spin_ns;
-					else if (now >= deadline)
-						break;
-				}
-				sched_yield();
-			}
+			spin_for_work(self, true);
 		} else {
-			/* Spin: the ring is checked with a plain size read,
-			 * cheap and local while nothing changes.  seq_cst: we
-			 * are counted as a spinner from here (or from
-			 * fq_tail()) until stop_spinning() below (arg. 3). */
+			/* seq_cst: we are counted as a spinner from here (or
+			 * from fq_tail()) until stop_spinning() below. */
 			if (!self->counted)
 				atomic_fetch_add_explicit(&q->spinning, 1,
 							  memory_order_seq_cst);
 			self->counted = false;
-			for (i = 0; !app_cpu_worker(self); i++) {
-				if (ck_ring_size(&q->ring) != 0 ||
-				    atomic_load_explicit(&q->stopping,
-							 memory_order_relaxed))
-					break;
-				if ((i & 63) == 0) {
-					uint64_t now = fq_now_ns();
-
-					if (!deadline)
-						deadline = now + q->spin_ns;
-					else if (now >= deadline)
-						break;
-				}
-				fq_worker_relax(self, i);
-			}
+			spin_for_work(self, false);
 			/* We stop counting as a spinner BEFORE announcing
 			 * ourselves as a waiter, so every token a producer
 			 * left to us precedes the re-check below (arg. 3). */

@@ -161,11 +161,12 @@ uint64_t fq_cycles_to_ns(uint64_t d);
  * running two workers and the application), a waiter must not keep the
  * worker that would finish its work off the CPU.  When nothing else is
  * runnable on this CPU, sched_yield() returns at once.  Workers use a
- * slower variant (fq.c, fq_worker_relax).
+ * slower variant (fq.c, spin_for_work).
  */
 void fq_spin_relax(unsigned i);
 /* Note the calling (application) thread's CPU, so the worker pinned there
- * yields to it more readily (fq.c, fq_worker_relax).  A hint. */
+ * yields to it at every spin step and is not counted as a spinner (fq.c,
+ * spin_for_work).  A hint. */
 void fq_note_app_cpu(struct fq *q);
 
 #endif
