@@ -58,6 +58,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 static _Thread_local struct fanout_child *tls_child;
@@ -152,6 +153,9 @@ static void finalise(struct record *rec)
 			ne++;
 	}
 	ev->id = rec->id;
+	ev->context = rec->context;
+	ev->session_key = rec->session_key;
+	ev->user = rec->user;
 	ev->nresults = rec->ntasks;
 	ev->results = rec->results;
 	ev->dispatched_ns = rec->dispatched_ns;
@@ -523,7 +527,10 @@ static struct record *rec_alloc(struct fanout_engine *e,
 	rec = fanout__alloc(size);
 	if (!rec)
 		return NULL;
-	memset(rec, 0, sizeof(*rec));
+	/* Only the read-mostly head is zeroed; the join line is initialised
+	 * field by field below and the event by the finaliser, so dispatch
+	 * writes no line it need not. */
+	memset(rec, 0, offsetof(struct record, claim));
 	rec->e = e;
 	rec->alloc_size = size;
 	rec->ntasks = n;
@@ -550,11 +557,10 @@ static struct record *rec_alloc(struct fanout_engine *e,
 		/* A NULL goal shares one static "" instead of a copy. */
 		rec->tasks[i].goal = g ? copy_str(&area, g, strlen(g) + 1) : "";
 	}
-	rec->ev.context = copy_str(&area, b->context, str_size(b->context));
-	rec->ev.session_key =
+	rec->context = copy_str(&area, b->context, str_size(b->context));
+	rec->session_key =
 		copy_str(&area, b->session_key, str_size(b->session_key));
-	rec->ev.user = b->user;
-	rec->ev.status = FANOUT_RUNNING;
+	rec->user = b->user;
 	atomic_init(&rec->claim, 0);
 	atomic_init(&rec->remaining, n);
 	atomic_init(&rec->cancel, 0);

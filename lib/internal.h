@@ -102,6 +102,11 @@ struct record {
 	uint8_t *owned;			/* C: per child, OWN_* bits */
 	struct progress_slot *progress; /* I: nrunners slots */
 	unsigned nrunners;		/* I: tokens + the fanout_run caller */
+	/* I: copied into the event by the finaliser, so dispatch never
+	 * touches the event's lines (the finaliser writes them anyway). */
+	const char *context;
+	const char *session_key;
+	void *user;
 	/* A: FANOUT_CANCEL_* | CANCEL_SHUTDOWN | CANCEL_FINAL.  Read before
 	 * every child, written at most a few times per record: kept off the
 	 * line the runners' claim/join RMWs bounce. */

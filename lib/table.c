@@ -167,7 +167,7 @@ static void snapshot(const struct record *rec, struct fanout_info *info)
 	info->dispatched_ns = rec->dispatched_ns;
 	info->depth = rec->depth;
 	info->background = rec->background;
-	info->user = rec->ev.user;
+	info->user = rec->user;
 	/* relaxed: a flag for display; nothing is read through it.  Bits
 	 * set after CANCEL_FINAL belong to a cancel that got -EALREADY. */
 	info->cancelled =
