@@ -53,6 +53,7 @@
 #include <ck_pr.h>
 
 #include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -285,8 +286,12 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 			for (k = 0;
 			     k < 64 && cds_wfcq_empty(&s->head, &s->tail) &&
 			     !(helps && fq_pending(q));
-			     k++)
-				fq_spin_relax(k);
+			     k++) {
+				if ((k & 7) == 7 && fq_pending(q))
+					sched_yield();
+				else
+					fq_spin_relax(k);
+			}
 			continue;
 		}
 		v = fq_ec_prepare(&s->ec);
