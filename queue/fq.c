@@ -109,11 +109,15 @@ struct fq {
 	 * traffic does not bounce the ring's read-mostly fields. */
 	_Atomic int credits __attribute__((aligned(FQ_CACHELINE)));
 
-	/* Park/wake: touched by producers on every submit, by workers only
-	 * when they go idle. */
+	/* Park/wake: seq is bumped by producers on every submit; workers
+	 * touch this line only when they park. */
 	struct fq_ec idle __attribute__((aligned(FQ_CACHELINE)));
-	_Atomic uint32_t spinning; /* A: workers in the spin phase (arg. 3) */
-	_Atomic int app_cpu;	   /* A: hint, see app_cpu_worker() */
+	/* A: workers in the spin phase (arg. 3).  Written by workers around
+	 * every token, read by producers: its own line, so neither side's
+	 * writes evict the other's line. */
+	_Atomic uint32_t spinning __attribute__((aligned(FQ_CACHELINE)));
+	/* Read at every spin step, written almost never: their own line. */
+	_Atomic int app_cpu __attribute__((aligned(FQ_CACHELINE))); /* hint */
 	_Atomic bool stopping;
 	bool stopped; /* only fq_stop's caller */
 };
