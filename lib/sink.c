@@ -226,9 +226,17 @@ int fanout_poll(struct fanout_sink *s, struct fanout_event **ev)
 	return 0;
 }
 
+/* Spin from @now for spin_ns, never past the caller's @deadline (0: none). */
+static uint64_t spin_end(struct fq *q, uint64_t now, uint64_t deadline)
+{
+	uint64_t end = now + fq_spin_ns(q);
+
+	return deadline && end > deadline ? deadline : end;
+}
+
 int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 {
-	uint64_t deadline = 0, spin_until;
+	uint64_t deadline = 0, spin_until, now;
 	struct record *rec;
 	struct fq *q;
 	bool helps;
@@ -250,15 +258,11 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 	 * grow its stack with unrelated children (see fanout.h). */
 	helps = (s->e->cfg.flags & FANOUT_WAIT_HELPS) && !fanout__current();
 	fq_note_app_cpu(q); /* we are about to spin for an event */
-	spin_until = fq_now_ns();
+	now = fq_now_ns();
 	if (timeout_ms > 0)
-		deadline = spin_until + (uint64_t)timeout_ms * 1000000ull;
-	spin_until += fq_spin_ns(q);
-	if (deadline && spin_until > deadline)
-		spin_until =
-			deadline; /* never spin past the caller's timeout */
+		deadline = now + (uint64_t)timeout_ms * 1000000ull;
+	spin_until = spin_end(q, now, deadline);
 	for (;;) {
-		uint64_t now;
 		uint32_t v;
 
 		rec = take(s);
@@ -272,10 +276,7 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 			now = fq_now_ns();
 			if (deadline && now >= deadline)
 				goto last_look;
-			if (spin_until < now + fq_spin_ns(q))
-				spin_until = now + fq_spin_ns(q);
-			if (deadline && spin_until > deadline)
-				spin_until = deadline;
+			spin_until = spin_end(q, now, deadline);
 			continue;
 		}
 		if (fq_now_ns() < spin_until) {
