@@ -383,7 +383,8 @@ static void run_token(struct fq_work *w)
 }
 
 /* Chunk size: about 8 claims per runner, so runners stay balanced while
- * the shared counters are touched once per chunk, not once per child. */
+ * `claim` is touched once per chunk, not once per child (and `remaining`
+ * once per runner, see run_token). */
 static uint32_t chunk_for(unsigned n, unsigned runners)
 {
 	unsigned c = n / (runners * 8u);

@@ -61,7 +61,8 @@ extern int fanout__rcu_token;
 
 enum rec_state { REC_RUNNING = 0, REC_FINISHED = 1 };
 
-/* Children finished in a runner's current chunk: one line per runner, so
+/* Children a runner has finished and not yet subtracted from `remaining`
+ * (run_token): one line per runner, so
  * progress for lookup costs a private store per child (see snapshot()). */
 struct progress_slot {
 	_Atomic uint32_t n;
