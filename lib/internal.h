@@ -62,8 +62,8 @@ extern int fanout__rcu_token;
 enum rec_state { REC_RUNNING = 0, REC_FINISHED = 1 };
 
 /* Children a runner has finished and not yet subtracted from `remaining`
- * (run_token): one line per runner, so
- * progress for lookup costs a private store per child (see snapshot()). */
+ * (run_token): one line per runner, so progress for lookup costs a private
+ * store per child (see snapshot()). */
 struct progress_slot {
 	_Atomic uint32_t n;
 } __attribute__((aligned(CACHELINE)));
