@@ -609,13 +609,16 @@ FANOUT_API int fanout_poll(struct fanout_sink *s, struct fanout_event **ev);
  *
  * With FANOUT_WAIT_HELPS (fanout_config.flags), a caller that is not a
  * worker and not inside a child runs queued children of ANY delegation of
- * the engine while its sink is empty, one ring token at a time, the way a
- * oneTBB or OpenMP wait helps: no hand-off to another thread, and the CPU
- * a waiter would spin on does the work.  Use it when the waiting thread has
- * nothing better to do and holds no lock a child might take.  The timeout
- * is checked between tokens, so a wait may overrun it by the time the token
- * it was running takes; and while it runs a child, the sink stays busy (a
- * second consumer still gets -EBUSY).
+ * the engine while its sink is empty, the way a oneTBB or OpenMP wait
+ * helps: no hand-off to another thread, and the CPU a waiter would spin on
+ * does the work.  It runs one chunk of a delegation at a time (at most 256
+ * children, about 1/8 of a runner's share) and puts the rest back for the
+ * workers, so it looks at its own sink again between chunks.  Use it when
+ * the waiting thread has nothing better to do and holds no lock a child
+ * might take.  The timeout is checked between chunks, so a wait may overrun
+ * it by the time one chunk takes; while it runs a child, the sink stays
+ * busy (a second consumer still gets -EBUSY); and fanout_lookup() counts a
+ * helped chunk in @ndone only once the whole chunk is done.
  * Return: 0; -ETIMEDOUT; -EINVAL; -EBUSY (as fanout_poll).
  */
 FANOUT_API int fanout_wait(struct fanout_sink *s, struct fanout_event **ev,

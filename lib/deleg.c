@@ -304,10 +304,57 @@ static unsigned run_chunk(struct record *rec, struct progress_slot *prog,
 			ran++;
 		}
 		/* relaxed: a progress figure for lookup, nothing read through
-		 * it; only this runner writes its slot. */
-		atomic_store_explicit(&prog->n, ++*done, memory_order_relaxed);
+		 * it; only this runner writes its slot.  A helping consumer
+		 * has none (its chunk counts once it is subtracted). */
+		++*done;
+		if (prog)
+			atomic_store_explicit(&prog->n, *done,
+					      memory_order_relaxed);
 	}
 	return ran;
+}
+
+/* A runner is through: count what it ran and hand its @done children to
+ * the join counter in ONE subtraction; the one that takes it to zero
+ * finalises.  @prog: its progress slot, or NULL. */
+static void runner_done(struct record *rec, struct progress_slot *prog,
+			unsigned ran, unsigned done)
+{
+	struct fanout_engine *e = rec->e;
+	int self;
+
+	if (!done)
+		return;
+	if (ran != done) /* relaxed: a statistic */
+		atomic_fetch_add_explicit(&e->st_skipped, done - ran,
+					  memory_order_relaxed);
+	self = fq_self(e->q);
+	if (self >= 0) {
+		_Atomic uint64_t *cnt = &e->st_worker_children[self];
+		/* W: only this worker writes its slot. */
+		atomic_store_explicit(
+			cnt,
+			atomic_load_explicit(cnt, memory_order_relaxed) + ran,
+			memory_order_relaxed);
+	} else { /* relaxed: a statistic */
+		atomic_fetch_add_explicit(&e->st_helper_children, ran,
+					  memory_order_relaxed);
+	}
+	/* Hand the progress over to `remaining`: clearing first means a
+	 * concurrent lookup may lag for an instant, never count a child
+	 * twice.  relaxed: as above. */
+	if (prog)
+		atomic_store_explicit(&prog->n, 0, memory_order_relaxed);
+	/* acq_rel: release publishes our result slots; the acquire makes the
+	 * zeroing thread see every other runner's (the join argument above). */
+	if (atomic_fetch_sub_explicit(&rec->remaining, done,
+				      memory_order_acq_rel) == done) {
+		/* Every child has run: a worker that is not itself inside a
+		 * child only has library code left. */
+		if (!tls_child)
+			fq_tail(e->q);
+		finalise(rec);
+	}
 }
 
 /* The fq_work function: one ring token (or the fanout_run caller).  The
@@ -317,7 +364,6 @@ static unsigned run_chunk(struct record *rec, struct progress_slot *prog,
 static void run_token(struct fq_work *w)
 {
 	struct record *rec = caa_container_of(w, struct record, work);
-	struct fanout_engine *e = rec->e;
 	uint32_t n = rec->ntasks, chunk = rec->chunk;
 	/* relaxed: a distinct index is all we need (RMW total order); there
 	 * are exactly nrunners runners, so it stays in range. */
@@ -325,7 +371,6 @@ static void run_token(struct fq_work *w)
 						  memory_order_relaxed);
 	struct progress_slot *prog = &rec->progress[slot];
 	unsigned done = 0, ran = 0;
-	int self;
 
 	assert(slot < rec->nrunners);
 	for (;;) {
@@ -345,41 +390,57 @@ static void run_token(struct fq_work *w)
 		ran += run_chunk(rec, prog, i, n - i < chunk ? n : i + chunk,
 				 &done);
 	}
-	if (done) {
-		if (ran != done) /* relaxed: a statistic */
-			atomic_fetch_add_explicit(&e->st_skipped, done - ran,
-						  memory_order_relaxed);
-		self = fq_self(e->q);
-		if (self >= 0) {
-			_Atomic uint64_t *cnt = &e->st_worker_children[self];
-			/* W: only this worker writes its slot. */
-			atomic_store_explicit(
-				cnt,
-				atomic_load_explicit(cnt,
-						     memory_order_relaxed) +
-					ran,
-				memory_order_relaxed);
-		} else { /* relaxed: a statistic */
-			atomic_fetch_add_explicit(&e->st_helper_children, ran,
-						  memory_order_relaxed);
-		}
-		/* Hand the progress over to `remaining`: clearing first means
-		 * a concurrent lookup may lag for an instant, never count a
-		 * child twice.  relaxed: as above. */
-		atomic_store_explicit(&prog->n, 0, memory_order_relaxed);
-		/* acq_rel: release publishes our result slots; the acquire
-		 * makes the zeroing thread see every other runner's (the join
-		 * argument above). */
-		if (atomic_fetch_sub_explicit(&rec->remaining, done,
-					      memory_order_acq_rel) == done) {
-			/* Every child has run: a worker that is not itself
-			 * inside a child only has library code left. */
-			if (!tls_child)
-				fq_tail(e->q);
-			finalise(rec);
-		}
-	}
+	runner_done(rec, prog, ran, done);
 	fanout__rec_put(rec, 1);
+}
+
+/*
+ * One step of a helping fanout_wait (FANOUT_WAIT_HELPS): take a token and
+ * run ONE chunk of its record on this thread.  If children are left to
+ * claim, the token goes back into the ring for another runner, so a
+ * consumer is never captured by a whole delegation: its own sink is looked
+ * at again after at most one chunk.  The token is put back BEFORE this
+ * chunk counts in the join, so the record cannot finish (and the engine
+ * cannot stop its queue) under that submit; we hold a reference of our
+ * own meanwhile, since the token's travels with it.  The helper takes no
+ * progress slot: lookup counts its chunk once it is subtracted.
+ * Returns false when there was no token to take.
+ */
+bool fanout__help_step(struct fanout_engine *e)
+{
+	struct fq_work *w = fq_help_take(e->q);
+	struct record *rec;
+	uint32_t n, chunk, i;
+	unsigned done = 0, ran;
+
+	if (!w)
+		return false;
+	rec = caa_container_of(w, struct record, work);
+	n = rec->ntasks;
+	chunk = rec->chunk;
+	/* relaxed: as in run_token; the claim decides. */
+	if (atomic_load_explicit(&rec->cancel, memory_order_relaxed) &
+	    FANOUT_CANCEL_PENDING) {
+		fanout__rec_put(rec, 1);
+		return true;
+	}
+	i = atomic_fetch_add_explicit(&rec->claim, chunk, memory_order_relaxed);
+	if (i >= n) {
+		fanout__rec_put(rec, 1);
+		return true;
+	}
+	ran = run_chunk(rec, NULL, i, n - i < chunk ? n : i + chunk, &done);
+	if (n - i > chunk) {
+		/* relaxed: we hold the token's reference while taking ours. */
+		atomic_fetch_add_explicit(&rec->refs, 1, memory_order_relaxed);
+		if (fq_reserve(e->q, 1, 1))
+			fq_submit(e->q, w, 1);
+		else
+			run_token(w); /* no room in the ring: run the rest */
+	}
+	runner_done(rec, NULL, ran, done);
+	fanout__rec_put(rec, 1); /* ours, or the token's if it is used up */
+	return true;
 }
 
 /* Chunk size: about 8 claims per runner, so runners stay balanced while

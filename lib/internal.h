@@ -212,6 +212,7 @@ void fanout__str_free(const char *s);
 
 /* deleg.c */
 struct fanout_child *fanout__current(void);
+bool fanout__help_step(struct fanout_engine *e);
 
 static inline double fanout__bits_to_double(uint64_t b)
 {

@@ -268,8 +268,8 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 		rec = take(s);
 		if (rec)
 			break;
-		if (helps && fq_help_one(q)) {
-			/* The token may have published our event; the clock
+		if (helps && fanout__help_step(s->e)) {
+			/* The chunk may have published our event; the clock
 			 * is read only when it did not. */
 			if (!cds_wfcq_empty(&s->head, &s->tail))
 				continue;

@@ -651,14 +651,13 @@ void fq_tail(struct fq *q)
  * (argument 3): taking one only removes work that someone else would have
  * run; the tokens it leaves behind are covered exactly as before.
  */
-bool fq_help_one(struct fq *q)
+struct fq_work *fq_help_take(struct fq *q)
 {
 	struct fq_work *w;
 
 	if (tls_self || !take(q, &w))
-		return false;
-	w->fn(w);
-	return true;
+		return NULL;
+	return w;
 }
 
 bool fq_pending(const struct fq *q)

@@ -127,10 +127,11 @@ void fq_help_wait(struct fq *q, struct fq_work *w, unsigned extra,
 /*
  * Help-while-wait for an application thread with nothing else to do (a
  * fanout_wait on an engine created with FANOUT_WAIT_HELPS): take ONE token
- * from the ring and run it on the calling thread.  Returns false, having
- * done nothing, when the ring is empty or the caller is a worker of @q.
+ * from the ring, for the caller to run (or hand back with fq_reserve +
+ * fq_submit).  NULL, having done nothing, when the ring is empty or the
+ * caller is a worker of @q.
  */
-bool fq_help_one(struct fq *q);
+struct fq_work *fq_help_take(struct fq *q);
 /* Called by a worker's item once no user code is left to run in it: the
  * worker counts as a spinner from now on (fq.c, argument 3).  A no-op on
  * any other thread. */
