@@ -239,29 +239,23 @@ static void fo_run(void *ctx, void *bp, unsigned n, const struct bwork *w)
 	fanout_event_free(ev);
 }
 
-const struct peer_ops peer_fanout_dispatch = {
-	.name = "fanout",
-	.desc = "fanout_dispatch + fanout_wait on the default sink",
-	.create = fo_create,
-	.destroy = fo_destroy,
-	.batch_new = fo_batch_new,
-	.batch_free = fo_batch_free,
-	.submit = fo_submit,
-	.join = fo_join,
-	.rejected = fo_rejected,
-};
+/* The background path, on an engine made by @create_fn. */
+#define FO_DISPATCH_PEER(peer_name, peer_desc, create_fn)                      \
+	{                                                                      \
+		.name = peer_name, .desc = peer_desc, .create = create_fn,     \
+		.destroy = fo_destroy, .batch_new = fo_batch_new,              \
+		.batch_free = fo_batch_free, .submit = fo_submit,              \
+		.join = fo_join, .rejected = fo_rejected,                      \
+	}
 
-const struct peer_ops peer_fanout_help = {
-	.name = "fanout_help",
-	.desc = "fanout_dispatch + fanout_wait, engine with FANOUT_WAIT_HELPS",
-	.create = fo_create_help,
-	.destroy = fo_destroy,
-	.batch_new = fo_batch_new,
-	.batch_free = fo_batch_free,
-	.submit = fo_submit,
-	.join = fo_join,
-	.rejected = fo_rejected,
-};
+const struct peer_ops peer_fanout_dispatch = FO_DISPATCH_PEER(
+	"fanout", "fanout_dispatch + fanout_wait on the default sink",
+	fo_create);
+
+const struct peer_ops peer_fanout_help = FO_DISPATCH_PEER(
+	"fanout_help",
+	"fanout_dispatch + fanout_wait, engine with FANOUT_WAIT_HELPS",
+	fo_create_help);
 
 const struct peer_ops peer_fanout_run = {
 	.name = "fanout_run",

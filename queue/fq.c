@@ -649,7 +649,8 @@ void fq_tail(struct fq *q)
 /*
  * A helper is never counted in `spinning`, so no producer left a token to it
  * (argument 3): taking one only removes work that someone else would have
- * run; the tokens it leaves behind are covered exactly as before.
+ * run; the tokens it leaves behind are covered exactly as before.  A token
+ * it hands back goes through fq_reserve() + fq_submit() like any other.
  */
 struct fq_work *fq_help_take(struct fq *q)
 {
