@@ -30,6 +30,25 @@ enum fanout_fault {
  */
 FANOUT_API long fanout_test_fail_at(enum fanout_fault what, long k);
 
+/**
+ * fanout_test_quiesce() - wait until every record released so far is freed.
+ *
+ * Records are freed by RCU callbacks after a grace period; this waits for
+ * them (and for records those callbacks release).  Blocks; never call it
+ * from a child.
+ */
+FANOUT_API void fanout_test_quiesce(void);
+
+/**
+ * fanout_test_block_cache() - the engine's cache of large record blocks.
+ * @e:     the engine.
+ * @bytes: receives the bytes it holds now (at most 32 MiB).
+ * @hits:  receives how many dispatches took a block from it so far.
+ * Return: 0, or -EINVAL for a NULL argument.
+ */
+FANOUT_API int fanout_test_block_cache(struct fanout_engine *e, size_t *bytes,
+				       uint64_t *hits);
+
 #ifdef __cplusplus
 }
 #endif

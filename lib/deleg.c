@@ -85,7 +85,10 @@ static void rec_free_rcu(struct rcu_head *head)
 		if (rec->owned[i] & OWN_ERROR)
 			fanout__str_free(r->error);
 	}
-	fanout__free(rec, rec->alloc_size);
+	fa_cache_free(&rec->e->blocks, rec, rec->alloc_size);
+	/* TSan edge: this callback's use of the engine happens before the
+	 * rcu_barrier() in fanout_destroy() returns (see annotate.h). */
+	FQ_HANDOFF_RELEASE(&fanout__rcu_token);
 }
 
 void fanout__rec_put(struct record *rec, uint32_t n)
@@ -586,7 +589,7 @@ static struct record *rec_alloc(struct fanout_engine *e,
 	head = (head + CACHELINE - 1) & ~(size_t)(CACHELINE - 1);
 	head += nrunners * sizeof(struct progress_slot);
 	size = head + n * sizeof(struct task_slot) + n + strings;
-	rec = fanout__alloc(size);
+	rec = fa_cache_alloc(&e->blocks, size, &size);
 	if (!rec)
 		return NULL;
 	/* Only the read-mostly head is zeroed; the join line is initialised

@@ -123,6 +123,7 @@ int fanout_create(const struct fanout_config *cfg, struct fanout_engine **out)
 	atomic_init(&e->shutting, 0);
 	atomic_init(&e->shut_done, 0);
 	fq_ec_init(&e->drained);
+	fa_cache_init(&e->blocks);
 	e->st_worker_children =
 		fanout__alloc(sizeof(*e->st_worker_children) * e->cfg.workers);
 	if (!e->st_worker_children) {
@@ -220,11 +221,12 @@ void fanout_destroy(struct fanout_engine *e)
 	 * destroyed earlier drains its leftover events in its callback). */
 	rcu_barrier();
 	rcu_barrier();
+	FQ_HANDOFF_ACQUIRE(&fanout__rcu_token); /* the callbacks' release */
 	fq_free(e->q);
+	fa_cache_drain(&e->blocks); /* every record is freed by now */
 	fanout__free(e->st_worker_children,
 		     sizeof(*e->st_worker_children) * e->cfg.workers);
 	fanout__free(e, sizeof(*e));
-	fanout__alloc_trim(); /* the pages kept warm for large blocks */
 }
 
 int fanout_stats(struct fanout_engine *e, struct fanout_stats *st)

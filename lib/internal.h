@@ -183,6 +183,10 @@ struct fanout_engine {
 	_Atomic uint64_t st_cancelled;
 	_Atomic uint64_t st_skipped;
 	_Atomic uint64_t st_helper_children; /* run by non-worker threads */
+
+	/* Large record blocks kept for reuse (alloc.c): taken by dispatch,
+	 * given back by the call_rcu callbacks that free records. */
+	struct fa_cache blocks __attribute__((aligned(CACHELINE)));
 };
 
 /* record.c */

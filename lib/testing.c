@@ -31,3 +31,22 @@ long fanout_test_fail_at(enum fanout_fault what, long k)
 	/* relaxed: a test knob; the test's own thread sequences its use. */
 	return atomic_exchange_explicit(knob, k, memory_order_relaxed);
 }
+
+void fanout_test_quiesce(void)
+{
+	/* Twice, as in fanout_destroy(): the first barrier's callbacks may
+	 * release records of their own (a destroyed sink's events). */
+	rcu_barrier();
+	rcu_barrier();
+}
+
+int fanout_test_block_cache(struct fanout_engine *e, size_t *bytes,
+			    uint64_t *hits)
+{
+	if (!e || !bytes || !hits)
+		return -EINVAL;
+	/* relaxed: statistics, read while the test's own thread is quiet. */
+	*bytes = atomic_load_explicit(&e->blocks.bytes, memory_order_relaxed);
+	*hits = atomic_load_explicit(&e->blocks.hits, memory_order_relaxed);
+	return 0;
+}
