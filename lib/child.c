@@ -51,6 +51,17 @@ bool fanout_interrupted(const struct fanout_child *c)
 	       FANOUT_CANCEL_INTERRUPT;
 }
 
+/* The record now owns a string in a result slot: the free must look. */
+static void mark_strings(struct record *rec)
+{
+	/* relaxed: read by the RCU callback that frees the record, which
+	 * every child's writes happen before (join acq_rel, then the refcount
+	 * and call_rcu); loaded first so only the first string writes it. */
+	if (!atomic_load_explicit(&rec->strings, memory_order_relaxed))
+		atomic_store_explicit(&rec->strings, true,
+				      memory_order_relaxed);
+}
+
 int fanout_set_summary(struct fanout_child *c, const char *s, size_t len)
 {
 	char *d;
@@ -62,6 +73,7 @@ int fanout_set_summary(struct fanout_child *c, const char *s, size_t len)
 		return -ENOMEM;
 	fanout__str_free(c->res->summary);
 	c->res->summary = d;
+	mark_strings(c->rec);
 	return 0;
 }
 
@@ -82,6 +94,7 @@ int fanout_set_error(struct fanout_child *c, const char *msg)
 		fanout__str_free(c->res->error);
 	c->res->error = d;
 	c->rec->owned[c->index] |= OWN_ERROR;
+	mark_strings(c->rec);
 	return 0;
 }
 

@@ -112,6 +112,9 @@ struct record {
 	 * every child, written at most a few times per record: kept off the
 	 * line the runners' claim/join RMWs bounce. */
 	_Atomic uint32_t cancel;
+	/* A: a child set a string of its own (set once, never cleared), so
+	 * the free must visit the result slots; see rec_free_rcu(). */
+	_Atomic bool strings;
 	struct cds_lfht_node node;  /* table linkage (liburcu) */
 	struct rcu_head rcu;	    /* deferred free */
 	struct cds_wfcq_node qnode; /* sink linkage */
