@@ -153,7 +153,10 @@ FANOUT_API const char *fanout_status_name(enum fanout_status st);
  *                  fanout_delegate(B) from it runs inline.
  * @keep_completed: finished records kept for lookup/list (default 1024, at
  *                  most 1<<24).  Each kept record holds its whole block
- *                  (results and strings) until it is pruned.
+ *                  (results and strings) until it is pruned.  Freed
+ *                  blocks of 16 KiB or more (batches of about 150
+ *                  children and up) are kept for reuse by the engine, up
+ *                  to 32 MiB, until fanout_destroy().
  * @spin_ns:        how long an idle thread spins before it parks on a futex
  *                  (default 50000 ns; at most 1 s).  Set to 1 to park almost
  *                  at once.
@@ -388,8 +391,8 @@ FANOUT_API int fanout_shutdown(struct fanout_engine *e);
  * fanout_destroy() - fanout_shutdown(), then free everything.
  * @e: the engine, or NULL (no-op).
  *
- * Frees all records, all sinks (default and created ones) and every event
- * still waiting in them.  Events already taken by a consumer must have been
+ * Frees all records, all sinks (default and created ones), every event
+ * still waiting in them and the blocks kept for reuse.  Events already taken by a consumer must have been
  * freed with fanout_event_free() before; pointers into @e are invalid after.
  * Called from a child of @e it does nothing (it would wait for itself).
  */

@@ -62,7 +62,7 @@
 #include <stddef.h>
 #include <string.h>
 
-static _Thread_local struct fanout_child *tls_child;
+static FQ_TLS struct fanout_child *tls_child;
 
 struct fanout_child *fanout__current(void)
 {

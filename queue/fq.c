@@ -122,7 +122,7 @@ struct fq {
 	bool stopped; /* only fq_stop's caller */
 };
 
-static _Thread_local struct fq_worker *tls_self;
+static FQ_TLS struct fq_worker *tls_self;
 _Atomic long fq__fail_thread_at;
 
 uint64_t fq_now_ns(void)
