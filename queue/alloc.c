@@ -63,15 +63,20 @@ static inline size_t round_up(size_t size)
 	return (size + ALLOC_ALIGN - 1) & ~(size_t)(ALLOC_ALIGN - 1);
 }
 
-void *fanout__alloc(size_t size)
+static void *raw_alloc(size_t size)
 {
-	if (injected_failure())
-		return NULL;
 #ifdef FANOUT_JEMALLOC
 	return mallocx(size ? size : 1, CL_FLAGS);
 #else
 	return aligned_alloc(ALLOC_ALIGN, round_up(size ? size : 1));
 #endif
+}
+
+void *fanout__alloc(size_t size)
+{
+	if (injected_failure())
+		return NULL;
+	return raw_alloc(size);
 }
 
 void fanout__free(void *p, size_t size)
@@ -167,21 +172,7 @@ void *fa_cache_alloc(struct fa_cache *c, size_t size, size_t *got)
 		CACHE_UNPOISON(p, *got);
 		return p;
 	}
-#ifdef FANOUT_JEMALLOC
-	return mallocx(*got, CL_FLAGS);
-#else
-	return aligned_alloc(ALLOC_ALIGN, *got);
-#endif
-}
-
-static void block_free(void *p, size_t size)
-{
-#ifdef FANOUT_JEMALLOC
-	sdallocx(p, size, CL_FLAGS);
-#else
-	(void)size;
-	free(p);
-#endif
+	return raw_alloc(*got);
 }
 
 void fa_cache_free(struct fa_cache *c, void *p, size_t size)
@@ -219,7 +210,7 @@ void fa_cache_free(struct fa_cache *c, void *p, size_t size)
 	CACHE_UNPOISON(p, size);
 no_room: /* relaxed: undoing our own increment */
 	atomic_fetch_sub_explicit(&c->bytes, size, memory_order_relaxed);
-	block_free(p, size);
+	fanout__free(p, size);
 }
 
 void fa_cache_drain(struct fa_cache *c)
@@ -240,6 +231,6 @@ void fa_cache_drain(struct fa_cache *c)
 			atomic_fetch_sub_explicit(&c->bytes, size,
 						  memory_order_relaxed);
 			CACHE_UNPOISON(p, size);
-			block_free(p, size);
+			fanout__free(p, size);
 		}
 }
