@@ -392,8 +392,9 @@ FANOUT_API int fanout_shutdown(struct fanout_engine *e);
  * @e: the engine, or NULL (no-op).
  *
  * Frees all records, all sinks (default and created ones), every event
- * still waiting in them and the blocks kept for reuse.  Events already taken by a consumer must have been
- * freed with fanout_event_free() before; pointers into @e are invalid after.
+ * still waiting in them and the blocks kept for reuse.  Events already
+ * taken by a consumer must have been freed with fanout_event_free()
+ * before; pointers into @e are invalid after.
  * Called from a child of @e it does nothing (it would wait for itself).
  */
 FANOUT_API void fanout_destroy(struct fanout_engine *e);

@@ -8,8 +8,8 @@
  * (a worker holding a ring token, or the fanout_run caller) takes a chunk
  * i = fetch_add(claim, chunk) and owns [i, min(i + chunk, ntasks)) iff
  * i < ntasks (each runner picks its own chunk size, see next_chunk(); the
- * argument does not depend on it); each child of its chunk it either runs or, once a cancel is
- * seen, reports interrupted.  A canceller takes
+ * argument does not depend on it); each child of its chunk it either runs
+ * or, once a cancel is seen, reports interrupted.  A canceller takes
  * every index not handed out yet with old = exchange(claim, ntasks) and owns
  * [old, ntasks) when old < ntasks.  All of these are read-modify-writes of
  * one location, so they are totally ordered: every index below ntasks is
