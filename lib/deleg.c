@@ -267,8 +267,8 @@ static void run_child(struct record *rec, unsigned i, uint64_t *clock)
 	r->code = rc;
 	if (rc == 0) {
 		r->status = FANOUT_COMPLETED;
-		if (rec->owned[i] &
-		    OWN_ERROR) { /* set, then completed anyway */
+		/* An error string set, then completed anyway: drop it. */
+		if (rec->owned[i] & OWN_ERROR) {
 			fanout__str_free(r->error);
 			rec->owned[i] = 0;
 		}
@@ -296,6 +296,7 @@ static void run_child(struct record *rec, unsigned i, uint64_t *clock)
 /* Run the claimed chunk [i, end): children not started when a cancel
  * arrives are reported interrupted instead (they are still ours).  *done
  * counts the runner's finished children (its progress slot shows it);
+ * *cycles (if not NULL) receives the chunk's duration in fq_cycles ticks;
  * returns how many of them ran. */
 static unsigned run_chunk(struct record *rec, struct progress_slot *prog,
 			  unsigned i, unsigned end, unsigned *done,
@@ -322,7 +323,8 @@ static unsigned run_chunk(struct record *rec, struct progress_slot *prog,
 			atomic_store_explicit(&prog->n, *done,
 					      memory_order_relaxed);
 	}
-	*cycles = clock - start;
+	if (cycles)
+		*cycles = clock - start;
 	return ran;
 }
 
@@ -452,7 +454,6 @@ static void run_token(struct fq_work *w)
 bool fanout__help_step(struct fanout_engine *e)
 {
 	struct fq_work *w = fq_help_take(e->q);
-	uint64_t cycles;
 	struct record *rec;
 	uint32_t n, chunk, i;
 	unsigned done = 0, ran;
@@ -474,7 +475,7 @@ bool fanout__help_step(struct fanout_engine *e)
 		return true;
 	}
 	ran = run_chunk(rec, NULL, i, n - i < chunk ? n : i + chunk, &done,
-			&cycles);
+			NULL);
 	if (n - i > chunk) {
 		/* relaxed: we hold the token's reference while taking ours. */
 		atomic_fetch_add_explicit(&rec->refs, 1, memory_order_relaxed);
