@@ -133,6 +133,11 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	atomic_init(&rec->refs, 2 + got);
 	rec->chunk = fanout__chunk_for(b->ntasks, got);
 	id = rec->id;
+	/* The caller's id is written before anything is visible to a worker:
+	 * a child that reads the caller's variable sees the id (the ring's
+	 * handoff in fq_submit is the release that publishes this store). */
+	if (idp)
+		*idp = id;
 	atomic_fetch_add_explicit(&e->st_dispatched, 1,
 				  memory_order_relaxed); /* stat */
 	fanout__read_lock();
@@ -141,8 +146,6 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	fq_submit(e->q, &rec->work, got); /* rec may be gone after this */
 	recheck_shutdown(e, id);
 	fanout__active_put(e, 1); /* the call's unit; the record keeps one */
-	if (idp)
-		*idp = id;
 	return 0;
 
 out_credits:
@@ -199,19 +202,17 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 int fanout_delegate(struct fanout_engine *e, const struct fanout_batch *b,
 		    fanout_id *idp, struct fanout_event **evp)
 {
-	fanout_id id = 0;
 	int err;
 
 	if (!e || !b || !evp)
 		return e ? reject(e, -EINVAL) : -EINVAL;
 	*evp = NULL;
 	if (!fanout__current()) {
-		err = fanout_dispatch(e, b, &id);
-		if (!err) {
-			if (idp)
-				*idp = id;
+		/* idp goes straight in: dispatch writes it before any child
+		 * can run, and not at all when it refuses. */
+		err = fanout_dispatch(e, b, idp);
+		if (!err)
 			return FANOUT_BACKGROUND;
-		}
 		if (err != -EBUSY)
 			return err;
 		err = fanout_run(e, b, evp);
