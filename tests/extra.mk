@@ -81,7 +81,7 @@ $(FUZZ_DIR)/obj/%.o: %.c $(LIB_HDR)
 
 $(FUZZ_DIR)/fuzz_api: tests/fuzz/fuzz_api.c $(FUZZ_OBJS) $(LIB_HDR)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(FUZZ_SAN) \
-		tests/fuzz/fuzz_api.c $(FUZZ_OBJS) -o $@ $(DEP_LIBS)
+		tests/fuzz/fuzz_api.c $(FUZZ_OBJS) -o $@ $(DEP_LIBS) -ljansson
 
 fuzz-build: $(FUZZ_DIR)/fuzz_api
 

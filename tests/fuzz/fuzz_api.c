@@ -41,6 +41,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "fanout.h"
 #include "fanout_testing.h"
 
@@ -154,24 +156,49 @@ static struct dl *dl_new(int eng, int sink, unsigned n, unsigned depth,
 
 static int child(struct fanout_child *c, void *arg);
 
+/* Bytes children and batches set: every class of ill-formed UTF-8, cut
+ * characters, controls, and well-formed text that must come back intact. */
+static const struct {
+	const char *s;
+	size_t n;
+} odd[] = {
+	{"sum\n\"mary\"", 10},
+	{"cut \xc3", 5},		  /* 2-byte lead at the end */
+	{"ab\xe2\x82", 4},		  /* 3-byte char cut short */
+	{"\xf0\x9f\x98", 3},		  /* 4-byte char cut short */
+	{"\xed\xa0\x80|\xed\xbf\xbf", 7}, /* surrogates */
+	{"\xc0\xaf\xe0\x80\xaf\xf0\x80\x80\xaf", 9}, /* overlongs */
+	{"\xf4\x90\x80\x80\xf8\x88\x80\x80\x80", 9}, /* > U+10FFFF */
+	{"\x80\xbf stray \xfe\xff", 11},
+	{"\x01\x1b[31m\x7f\r\n\t\b\f\x1f", 13},
+	{"\xc2\x9b\xc2\x80 C1", 7},
+	{"ok \xf0\x9f\x98\x80 \xe2\x82\xac \xc3\xbc \xef\xbf\xbf", 18},
+	{"a\0b", 3}, /* read up to the NUL */
+};
+#define NODD (sizeof(odd) / sizeof(odd[0]))
+
 /* A batch of @n children of @d (n may exceed MAXN only for refused calls:
  * their children must never run). */
 static void mk_batch(struct dl *d, struct fanout_task *t, unsigned n,
 		     struct fanout_batch *b)
 {
-	static const char *goals[] = {"g", NULL, "",
-				      "a goal with \"quotes\"\n"};
+	static const char *goals[] = {"g",
+				      NULL,
+				      "",
+				      "a goal with \"quotes\"\n",
+				      "\xe2\x82\xac\xe2\x82",
+				      "\xed\xb0\x80\x01"};
 
 	for (unsigned i = 0; i < n; i++) {
-		t[i].goal = goals[i % 4];
+		t[i].goal = goals[i % 6];
 		t[i].fn = child;
 		t[i].arg = d;
 	}
 	memset(b, 0, sizeof(*b));
 	b->tasks = t;
 	b->ntasks = n;
-	b->context = (d->n & 1) ? "context" : NULL;
-	b->session_key = (d->n & 2) ? "key" : NULL;
+	b->context = (d->n & 1) ? "context\xc3" : NULL;
+	b->session_key = (d->n & 2) ? "key\x1b\xff" : NULL;
 	b->user = d;
 }
 
@@ -333,7 +360,7 @@ static int child(struct fanout_child *c, void *arg)
 	ENSURE(atomic_fetch_add(&d->runs[i], 1) == 0, "child %u ran twice", i);
 	switch (d->beh[i]) {
 	case B_ERR:
-		fanout_set_error(c, "failed");
+		fanout_set_error(c, odd[(i + d->n) % NODD].s);
 		ret = -EIO;
 		break;
 	case B_CANCELED:
@@ -357,7 +384,8 @@ static int child(struct fanout_child *c, void *arg)
 		nested(c, d, i);
 		break;
 	case B_SUMMARY:
-		fanout_set_summary(c, "sum\n\"mary\"", 10);
+		fanout_set_summary(c, odd[(i + d->n) % NODD].s,
+				   odd[(i + d->n) % NODD].n);
 		fanout_add_cost(c, 0.5);
 		break;
 	}
@@ -376,10 +404,77 @@ static bool cfg_valid(const struct fanout_config *c)
 	       c->keep_completed <= (1u << 24) && c->max_children <= (1u << 24);
 }
 
+/* Strict UTF-8 (RFC 3629): no overlong, surrogate, > U+10FFFF, cut or stray
+ * byte.  No C0 control but those in the bitmask @ctl, no DEL; C1 controls
+ * (U+0080..U+009F) only if @c1. */
+static bool utf8_clean(const unsigned char *s, size_t n, uint32_t ctl, bool c1)
+{
+	for (size_t i = 0; i < n;) {
+		unsigned c = s[i], k, cp;
+
+		if (c < 0x80) {
+			if ((c < 0x20 && !(ctl >> c & 1)) || c == 0x7f)
+				return false;
+			i++;
+			continue;
+		}
+		k = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc0 ? 1 : 0;
+		if (!k || c > 0xf4 || n - i <= k)
+			return false;
+		cp = c & (0x3fu >> k);
+		for (unsigned j = 1; j <= k; j++) {
+			if ((s[i + j] & 0xc0) != 0x80)
+				return false;
+			cp = cp << 6 | (s[i + j] & 0x3f);
+		}
+		if (cp < (k == 1 ? 0x80u :
+			  k == 2 ? 0x800u :
+				   0x10000u) ||
+		    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff ||
+		    (cp < 0xa0 && !c1))
+			return false;
+		i += k + 1;
+	}
+	return true;
+}
+
+/* Both renderings of @ev, whole: valid UTF-8; the text without controls but
+ * \n and \t; the JSON parsed by jansson (strict: it rejects ill-formed
+ * UTF-8, raw controls, duplicate keys), with every result present. */
+static void check_renderings(const struct fanout_event *ev)
+{
+	int n = fanout_format(ev, NULL, 0), m = fanout_event_json(ev, NULL, 0);
+	char *t, *j;
+	json_error_t err;
+	json_t *root, *res;
+
+	ENSURE(n > 0 && m > 0, "format %d json %d", n, m);
+	t = malloc((size_t)n + 1);
+	j = malloc((size_t)m + 1);
+	ENSURE(t && j, "malloc");
+	ENSURE(fanout_format(ev, t, (size_t)n + 1) == n &&
+		       fanout_event_json(ev, j, (size_t)m + 1) == m,
+	       "lengths differ between calls");
+	ENSURE(utf8_clean((unsigned char *)t, (size_t)n,
+			  1u << '\n' | 1u << '\t', false),
+	       "text not clean UTF-8: %s", t);
+	ENSURE(utf8_clean((unsigned char *)j, (size_t)m, 0, true),
+	       "JSON not clean UTF-8: %s", j);
+	root = json_loadb(j, (size_t)m, JSON_REJECT_DUPLICATES, &err);
+	ENSURE(root, "JSON rejected (%s at %d): %s", err.text, err.position, j);
+	res = json_object_get(root, "results");
+	ENSURE(json_is_array(res) && json_array_size(res) == ev->nresults,
+	       "results");
+	json_decref(root);
+	free(t);
+	free(j);
+}
+
 static void receive(int eng, int sink, struct fanout_event *ev, struct in *in)
 {
 	check_event(ev, eng, sink);
 	if (byte(in) & 1) {
+		check_renderings(ev);
 		size_t len = byte(in) % 96;
 		char *buf = len ? malloc(len) : NULL;
 		int a = fanout_format(ev, buf, len);
