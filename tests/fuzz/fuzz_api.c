@@ -1151,7 +1151,10 @@ static void reset(void)
 {
 	atomic_store(&fault_armed, 0);
 	memset(engs, 0, sizeof(engs));
-	memset(dls, 0, sizeof(dls));
+	/* only the records the last input used (all of them is ~0.5 MB) */
+	unsigned n = atomic_load(&ndl);
+
+	memset(dls, 0, sizeof(dls[0]) * (n < MAX_DL ? n : MAX_DL));
 	atomic_store(&ndl, 0);
 }
 
