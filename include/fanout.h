@@ -35,8 +35,17 @@
  * first, including children running on the workers (nested delegation).
  * The exceptions:
  *   - fanout_destroy() must not race any other call on the same engine, and
- *     fanout_shutdown()/fanout_destroy() must not be called from a child of
- *     the same engine (they return -EDEADLK / do nothing in that case);
+ *     fanout_shutdown()/fanout_destroy() of an engine must not be called
+ *     from a child that engine waits for: a child of the engine itself, or
+ *     a child nested in one of its children through fanout_run() or an
+ *     inline fanout_delegate(), at any depth and on any thread (the nested
+ *     child may run on another engine's worker while the outer child waits
+ *     in fanout_run()).  They return -EDEADLK / do nothing in those cases.
+ *     A background link (a child that fanout_dispatch()es and returns) is
+ *     not a wait: from a child of such a delegation, shutting down the
+ *     dispatching child's engine is allowed - unless that child waits for
+ *     the event on a sink, a wait the library cannot see, which then
+ *     hangs;
  *   - one sink has one consumer at a time: a second thread calling
  *     fanout_poll()/fanout_wait() on the same sink while the first is inside
  *     gets -EBUSY instead of corrupting anything;
@@ -184,8 +193,10 @@ struct fanout_config {
  *
  * Context: runs on a worker thread or, for fanout_run, possibly on the
  * caller's thread.  It may call any fanout function, including a nested
- * fanout_run() or fanout_delegate(); it must not call fanout_shutdown() or
- * fanout_destroy() of its own engine.
+ * fanout_run() or fanout_delegate(); fanout_shutdown() or fanout_destroy()
+ * of its own engine, or of any engine whose child waits for it through
+ * nested fanout_run() calls, returns -EDEADLK / does nothing (see
+ * fanout_shutdown()).
  */
 typedef int (*fanout_fn)(struct fanout_child *c, void *arg);
 
@@ -382,8 +393,20 @@ FANOUT_API int fanout_create(const struct fanout_config *cfg,
  * stay in their sinks, to be polled) and the workers have exited.
  * Idempotent.
  *
- * Context: blocks until running children return.  Not from a child of @e.
- * Return: 0; -EINVAL for NULL; -EDEADLK when called from a child of @e.
+ * Context: blocks until running children return.  Not from a child @e
+ * waits for: a child of @e, or a child nested in one through fanout_run()
+ * or an inline fanout_delegate() (any depth, any engines in between, on
+ * this thread or another: e.g. the application calls fanout_run(B), B's
+ * child calls fanout_run(A), and A's child - on this thread or on one of
+ * A's workers - calls fanout_shutdown(B)).  Such calls are detected by
+ * walking up the calling child's chain of synchronous delegations (no
+ * lock; one step per level).  A background delegation ends the chain: its
+ * dispatcher does not wait for it, so from its children shutting down the
+ * dispatcher's engine is allowed and returns 0 - it hangs only if the
+ * dispatching child itself waits for that delegation's event on a sink,
+ * which the library cannot detect.
+ * Return: 0; -EINVAL for NULL; -EDEADLK when @e waits for the calling
+ * child, as above (nothing changes; @e keeps accepting work).
  */
 FANOUT_API int fanout_shutdown(struct fanout_engine *e);
 
@@ -395,7 +418,8 @@ FANOUT_API int fanout_shutdown(struct fanout_engine *e);
  * still waiting in them and the blocks kept for reuse.  Events already
  * taken by a consumer must have been freed with fanout_event_free()
  * before; pointers into @e are invalid after.
- * Called from a child of @e it does nothing (it would wait for itself).
+ * Called from a child @e waits for (the -EDEADLK cases of
+ * fanout_shutdown()) it does nothing: it would wait for itself.
  */
 FANOUT_API void fanout_destroy(struct fanout_engine *e);
 

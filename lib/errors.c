@@ -37,8 +37,10 @@
 		  "fanout_sink_fd (from fanout_create: could not start a "     \
 		  "worker thread)")                                            \
 	X(ETIMEDOUT, "no event arrived within the timeout; wait again")        \
-	X(EDEADLK, "called from a child of the same engine, which would wait " \
-		   "for itself; call it from outside the engine's children")   \
+	X(EDEADLK,                                                             \
+	  "called from a child the engine waits for (its own child, "          \
+	  "or one nested in its children through fanout_run), so it "          \
+	  "would wait for itself; call it from outside those children")        \
 	X(EMFILE, "no file descriptor left for the sink's eventfd; close "     \
 		  "some or raise RLIMIT_NOFILE")                               \
 	X(ENFILE, "the system is out of file descriptors for the sink's "      \

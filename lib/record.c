@@ -120,6 +120,7 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 				 const struct fanout_batch *b, unsigned depth,
 				 bool background, unsigned nrunners)
 {
+	struct fanout_child *cur = fanout__current();
 	unsigned n = b->ntasks, i;
 	size_t strings = str_size(b->context) + str_size(b->session_key);
 	size_t head = sizeof(struct record) + n * sizeof(struct fanout_result);
@@ -140,6 +141,7 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	 * writes no line it need not. */
 	memset(rec, 0, offsetof(struct record, claim));
 	rec->e = e;
+	rec->parent = cur ? cur->rec : NULL;
 	rec->alloc_size = size;
 	rec->ntasks = n;
 	rec->depth = depth;

@@ -211,6 +211,7 @@ struct selfcall {
 	struct fanout_engine *e, *other;
 	int rc;
 	atomic_int returned;
+	fanout_fn inner;
 };
 
 static int shutdown_self_child(struct fanout_child *c, void *arg)
@@ -219,6 +220,41 @@ static int shutdown_self_child(struct fanout_child *c, void *arg)
 
 	sc->rc = fanout_shutdown(sc->e);
 	return 0;
+}
+
+/* The nested form of E14/E16: app -> fanout_run(B) -> B's child calls
+ * fanout_run(A) -> A's child calls fn on B (sc->e).  One worker each, so
+ * the whole chain runs on this thread; test_shutdown.c has the cross-thread
+ * and deeper chains.  alarm(): a hang kills the suite instead of stalling. */
+static int nested_outer_child(struct fanout_child *c, void *arg)
+{
+	struct selfcall *sc = arg;
+	struct fanout_task t = {"inner", sc->inner, sc};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	struct fanout_event *ev = NULL;
+
+	CHECK(fanout_run(sc->other, &b, &ev) == 0);
+	fanout_event_free(ev);
+	return 0;
+}
+
+static void nested_call(struct fanout_engine *b, fanout_fn fn,
+			struct selfcall *sc)
+{
+	struct fanout_engine *a = eng1();
+	struct fanout_task t = {"outer", nested_outer_child, sc};
+	struct fanout_batch bt = {.tasks = &t, .ntasks = 1};
+	struct fanout_event *ev = NULL;
+
+	sc->e = b;
+	sc->other = a;
+	sc->inner = fn;
+	alarm(60);
+	assert_int_equal(fanout_run(b, &bt, &ev), 0);
+	alarm(0);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	fanout_event_free(ev);
+	fanout_destroy(a);
 }
 
 static void E14_shutdown_from_own_child(void **state)
@@ -231,6 +267,12 @@ static void E14_shutdown_from_own_child(void **state)
 	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
 	fanout_event_free(ev);
 	/* nothing changed: still accepting */
+	ev = in_child(e, (fanout_fn)count_fn, &(atomic_int){0});
+	fanout_event_free(ev);
+	/* from a child nested in a child of e */
+	sc.rc = 1;
+	nested_call(e, shutdown_self_child, &sc);
+	assert_int_equal(sc.rc, -EDEADLK);
 	ev = in_child(e, (fanout_fn)count_fn, &(atomic_int){0});
 	fanout_event_free(ev);
 	fanout_destroy(e);
@@ -258,6 +300,12 @@ static void E16_destroy_from_own_child(void **state)
 
 	assert_int_equal(atomic_load(&sc.returned), 1);
 	fanout_event_free(ev);
+	ev = in_child(e, (fanout_fn)count_fn, &(atomic_int){0});
+	fanout_event_free(ev);
+	/* from a child nested in a child of e */
+	atomic_store(&sc.returned, 0);
+	nested_call(e, destroy_self_child, &sc);
+	assert_int_equal(atomic_load(&sc.returned), 1);
 	ev = in_child(e, (fanout_fn)count_fn, &(atomic_int){0});
 	fanout_event_free(ev);
 	fanout_destroy(e);
