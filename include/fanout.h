@@ -169,6 +169,23 @@ FANOUT_API const char *fanout_status_name(enum fanout_status st);
  * @spin_ns:        how long an idle thread spins before it parks on a futex
  *                  (default 50000 ns; at most 1 s).  Set to 1 to park almost
  *                  at once.
+ * @max_pending:    back-pressure, per sink (the default sink and each one
+ *                  from fanout_sink_create()): a background delegation
+ *                  holds a place on its sink from the moment
+ *                  fanout_dispatch() accepts it until fanout_poll() or
+ *                  fanout_wait() hands its event out (running, or
+ *                  finished and queued, both count).  A sink holding
+ *                  max_pending refuses further dispatches with -EBUSY
+ *                  (fanout_delegate() then runs inline, FANOUT_INLINE_FULL)
+ *                  until its consumer takes events: a sink nobody drains
+ *                  cannot grow without bound.  Default: 4096, or
+ *                  4 x max_async when that is larger: the whole async pool
+ *                  fits on one sink with room for three times as many
+ *                  finished events waiting for a late consumer, so the
+ *                  limit bites only on a sink that really is not drained,
+ *                  while such a sink of one-child batches holds about
+ *                  2.5 MiB (4096 blocks of ~640 bytes).  At most 1<<24.
+ *                  README, "Memory", gives the bound on memory in use.
  */
 struct fanout_config {
 	unsigned workers;
@@ -180,6 +197,7 @@ struct fanout_config {
 	unsigned max_depth;
 	unsigned keep_completed;
 	uint64_t spin_ns;
+	unsigned max_pending;
 };
 
 /**
@@ -433,11 +451,16 @@ FANOUT_API void fanout_destroy(struct fanout_engine *e);
  * Costs one allocation and one to min(ntasks, max_children, workers) ring
  * operations, independent of ntasks beyond that.
  *
+ * The delegation holds a place on its sink until its event is taken by
+ * fanout_poll()/fanout_wait() (see fanout_config.max_pending).
+ *
  * Return: 0; -EINVAL (NULL @e or @batch, NULL tasks, ntasks 0, a task
  * without fn, a sink of another engine or being destroyed); -E2BIG (ntasks
- * > max_tasks); -EBUSY (max_async background delegations running, or
- * the work ring full); -ELOOP (children would be deeper than max_depth);
- * -ENOMEM; -ESHUTDOWN.  On error nothing happened and no event will come.
+ * > max_tasks); -EBUSY (max_async background delegations running, the
+ * sink holding max_pending events nobody has taken yet, or the work ring
+ * full; fanout_describe_error() says which); -ELOOP (children would be
+ * deeper than max_depth); -ENOMEM; -ESHUTDOWN.  On error nothing happened
+ * and no event will come.
  * Memory ordering: full barrier on success; none on failure.
  */
 FANOUT_API int fanout_dispatch(struct fanout_engine *e,
@@ -476,8 +499,9 @@ FANOUT_API int fanout_run(struct fanout_engine *e,
  *
  * At top level: background (fanout_dispatch).  Inside a child (depth > 0):
  * synchronous (fanout_run), so the parent child gets its result before it
- * returns.  At top level with the async pool full (-EBUSY): synchronous,
- * and says so with FANOUT_INLINE_FULL - never a silent downgrade.
+ * returns.  At top level when fanout_dispatch() says -EBUSY (the async
+ * pool full, the sink at max_pending, or the ring full): synchronous, and
+ * says so with FANOUT_INLINE_FULL - never a silent downgrade.
  *
  * Return: FANOUT_BACKGROUND, FANOUT_INLINE or FANOUT_INLINE_FULL; or the
  * negative errno of fanout_dispatch()/fanout_run().
@@ -609,6 +633,9 @@ FANOUT_API int fanout_sink_create(struct fanout_engine *e,
  * and its eventfd are released after an RCU grace period (a publisher may
  * still be finishing), so the fd number stays taken for a moment.  Do not
  * close the fd yourself.
+ * Events queued and not taken yet are allowed: they are freed with the
+ * sink.  Cost: a walk over the queued events (to tell queued from still to
+ * publish).
  * Return: 0; -EINVAL (NULL, or the engine's default sink, which
  * fanout_destroy() frees); -EBUSY when accepted delegations will still
  * publish to it (wait for or cancel them first; nothing is freed).
@@ -623,6 +650,8 @@ FANOUT_API struct fanout_sink *fanout_default_sink(struct fanout_engine *e);
  * @s:  the sink.
  * @ev: receives the event; free it with fanout_event_free().
  *
+ * Taking an event gives its delegation's place on the sink back
+ * (fanout_config.max_pending).
  * Memory ordering: acquire; pairs with the release that published it.
  * Return: 0; -EAGAIN when empty; -EINVAL (NULL); -EBUSY when another thread
  * is inside fanout_poll/fanout_wait on this sink.
@@ -701,7 +730,9 @@ FANOUT_API const char *fanout_strerror(int err);
 
 /**
  * fanout_describe_error() - fanout_strerror() with the engine's figures,
- * e.g. for -EBUSY how many delegations run and which limit to raise.
+ * e.g. for -EBUSY how many delegations run and which limit to raise, and
+ * which sinks (the default one, how many created ones) are at max_pending
+ * because nobody drains them - the figures as they are now.
  * Return: as snprintf; -EINVAL for NULL @e, or NULL @buf with @len > 0.
  */
 FANOUT_API int fanout_describe_error(struct fanout_engine *e, int err,

@@ -38,6 +38,10 @@
 #define MAX_SLOTS (1u << 24)
 #define MAX_ASYNC (1u << 20)
 #define MAX_KEEP (1u << 24)
+#define MAX_PENDING (1u << 24)
+/* Default max_pending: 4096, and never under 4 x max_async (see fanout.h). */
+#define PENDING_DEFAULT 4096u
+#define PENDING_PER_ASYNC 4u
 
 static unsigned cpu_count(void)
 {
@@ -68,7 +72,8 @@ static int resolve(const struct fanout_config *in, struct fanout_config *c)
 	    c->workers > MAX_WORKERS || c->max_tasks > MAX_TASKS ||
 	    c->max_depth > MAX_DEPTH || c->spin_ns > MAX_SPIN_NS ||
 	    c->queue_slots > MAX_SLOTS || c->max_async > MAX_ASYNC ||
-	    c->keep_completed > MAX_KEEP || c->max_children > MAX_TASKS)
+	    c->keep_completed > MAX_KEEP || c->max_children > MAX_TASKS ||
+	    c->max_pending > MAX_PENDING)
 		return -EINVAL;
 	if (!c->workers)
 		c->workers = cpu_count();
@@ -84,6 +89,11 @@ static int resolve(const struct fanout_config *in, struct fanout_config *c)
 		c->keep_completed = 1024;
 	if (!c->spin_ns)
 		c->spin_ns = 50000;
+	if (!c->max_pending)
+		c->max_pending =
+			c->max_async * PENDING_PER_ASYNC > PENDING_DEFAULT ?
+				c->max_async * PENDING_PER_ASYNC :
+				PENDING_DEFAULT;
 	return 0;
 }
 
