@@ -67,6 +67,37 @@
  * non-blocking: dispatch, cancel, lookup, list, poll and stats take no lock
  * and never sleep.  Blocked threads sleep on a futex.
  *
+ * Children must return.  A child ends only by returning from its fanout_fn.
+ * No longjmp() out of it, no pthread_exit() (or thread cancellation) inside
+ * it, no C++ exception escaping it.  The library has no way to notice any
+ * of these, and the damage is permanent: the child is never counted as
+ * finished, so the delegation's join never completes - its event never
+ * comes, a fanout_run() waiting for it never returns, fanout_shutdown()
+ * and fanout_destroy() of its engine hang, and its capacity slot and
+ * memory are never given back.  Worse, the thread's record of its current
+ * child (fanout_current_child()) is left pointing at the dead frame.  On a
+ * worker, pthread_exit() also takes that worker away for good, and an
+ * exception that escapes a child there reaches the top of the thread and
+ * terminates the process (std::terminate); on a fanout_run() caller's
+ * thread it propagates out of fanout_run(), leaving the above behind.
+ * Catch exceptions and longjmp targets inside the child, and report a
+ * failure by returning a negative errno.
+ *
+ * Children waiting for events.  fanout_wait() inside a child only waits:
+ * it never runs children, with or without FANOUT_WAIT_HELPS (that flag
+ * helps only top-level callers).  So a child that waits for the event of a
+ * delegation that has not finished yet - a later batch, or one it
+ * dispatched itself - needs another thread to run that delegation's
+ * children while it holds its own thread.  On a one-worker engine the
+ * worker is the waiting child's: the event comes only if a top-level
+ * thread is in a helping fanout_wait() (FANOUT_WAIT_HELPS) on a sink of
+ * that engine meanwhile; otherwise a wait with timeout < 0 never returns
+ * (and fanout_shutdown() hangs on that child).  In general, as many
+ * children waiting like this as the engine has workers, and nobody
+ * helping, wait forever.  Inside a child, use fanout_run() or
+ * fanout_delegate() instead: they run their own batch on the calling
+ * thread and cannot deadlock, or wait with a timeout.
+ *
  * Memory ordering.  Publishing an event is a release: everything a child
  * wrote before returning (including memory reachable from its arg) is visible
  * to whoever receives the event (fanout_poll/wait/run acquire).  A successful
@@ -207,7 +238,9 @@ struct fanout_config {
  *
  * Return: 0 = completed; -ECANCELED = interrupted (return it after seeing
  * fanout_interrupted()); any other negative errno = error.  Positive values
- * are reported as errors.
+ * are reported as errors.  A child MUST return: no longjmp() out of it, no
+ * pthread_exit(), no C++ exception escaping it - the join would never
+ * complete (see "Children must return" at the top).
  *
  * Context: runs on a worker thread or, for fanout_run, possibly on the
  * caller's thread.  It may call any fanout function, including a nested
@@ -676,6 +709,11 @@ FANOUT_API int fanout_poll(struct fanout_sink *s, struct fanout_event **ev);
  * it by the time one chunk takes; while it runs a child, the sink stays
  * busy (a second consumer still gets -EBUSY); and fanout_lookup() counts a
  * helped chunk in @ndone only once the whole chunk is done.
+ *
+ * Inside a child it never helps: a child that waits with @timeout_ms < 0
+ * for an event of a delegation that has not finished needs another thread
+ * to run it - on a one-worker engine, a top-level helping wait - or it
+ * waits forever (see "Children waiting for events" at the top).
  * Return: 0; -ETIMEDOUT; -EINVAL; -EBUSY (as fanout_poll).
  */
 FANOUT_API int fanout_wait(struct fanout_sink *s, struct fanout_event **ev,
