@@ -89,17 +89,9 @@ struct fanout_child {
  * lookups that still see it in the table read valid memory.
  */
 struct record {
-	struct fq_work work;	  /* I: fn = run_token */
-	struct fanout_engine *e;  /* I */
-	struct fanout_sink *sink; /* I: NULL for synchronous runs */
-	/* I: the record of the child that started this delegation (the
-	 * calling thread's fanout__current() at alloc), NULL at top level.
-	 * Lifetime: a synchronous record's parent outlives it, because the
-	 * parent child sits in fanout_run until this record has finished; a
-	 * background record's parent may finish and be freed first, so it is
-	 * followed only from synchronous records (engine.c,
-	 * waits_for_caller()). */
-	struct record *parent;
+	struct fq_work work;		/* I: fn = run_token */
+	struct fanout_engine *e;	/* I */
+	struct fanout_sink *sink;	/* I: NULL for synchronous runs */
 	fanout_id id;			/* I */
 	unsigned ntasks;		/* I */
 	unsigned depth;			/* I */
@@ -111,6 +103,14 @@ struct record {
 	uint8_t *owned;			/* C: per child, OWN_* bits */
 	struct progress_slot *progress; /* I: nrunners slots */
 	unsigned nrunners;		/* I: tokens + the fanout_run caller */
+	/* I: the record of the child that started this delegation (the
+	 * calling thread's fanout__current() at alloc), NULL at top level.
+	 * Lifetime: a synchronous record's parent outlives it, because the
+	 * parent child sits in fanout_run until this record has finished; a
+	 * background record's parent may finish and be freed first, so it is
+	 * followed only from synchronous records (engine.c,
+	 * waits_for_caller()). */
+	struct record *parent;
 	/* I: copied into the event by the finaliser, so dispatch never
 	 * touches the event's lines (the finaliser writes them anyway). */
 	const char *context;
