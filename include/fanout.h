@@ -35,8 +35,17 @@
  * first, including children running on the workers (nested delegation).
  * The exceptions:
  *   - fanout_destroy() must not race any other call on the same engine, and
- *     fanout_shutdown()/fanout_destroy() must not be called from a child of
- *     the same engine (they return -EDEADLK / do nothing in that case);
+ *     fanout_shutdown()/fanout_destroy() of an engine must not be called
+ *     from a child that engine waits for: a child of the engine itself, or
+ *     a child nested in one of its children through fanout_run() or an
+ *     inline fanout_delegate(), at any depth and on any thread (the nested
+ *     child may run on another engine's worker while the outer child waits
+ *     in fanout_run()).  They return -EDEADLK / do nothing in those cases.
+ *     A background link (a child that fanout_dispatch()es and returns) is
+ *     not a wait: from a child of such a delegation, shutting down the
+ *     dispatching child's engine is allowed - unless that child waits for
+ *     the event on a sink, a wait the library cannot see, which then
+ *     hangs;
  *   - one sink has one consumer at a time: a second thread calling
  *     fanout_poll()/fanout_wait() on the same sink while the first is inside
  *     gets -EBUSY instead of corrupting anything;
@@ -57,6 +66,37 @@
  * fanout_wait, fanout_shutdown and fanout_destroy block.  Everything else is
  * non-blocking: dispatch, cancel, lookup, list, poll and stats take no lock
  * and never sleep.  Blocked threads sleep on a futex.
+ *
+ * Children must return.  A child ends only by returning from its fanout_fn.
+ * No longjmp() out of it, no pthread_exit() (or thread cancellation) inside
+ * it, no C++ exception escaping it.  The library has no way to notice any
+ * of these, and the damage is permanent: the child is never counted as
+ * finished, so the delegation's join never completes - its event never
+ * comes, a fanout_run() waiting for it never returns, fanout_shutdown()
+ * and fanout_destroy() of its engine hang, and its capacity slot and
+ * memory are never given back.  Worse, the thread's record of its current
+ * child (fanout_current_child()) is left pointing at the dead frame.  On a
+ * worker, pthread_exit() also takes that worker away for good, and an
+ * exception that escapes a child there reaches the top of the thread and
+ * terminates the process (std::terminate); on a fanout_run() caller's
+ * thread it propagates out of fanout_run(), leaving the above behind.
+ * Catch exceptions and longjmp targets inside the child, and report a
+ * failure by returning a negative errno.
+ *
+ * Children waiting for events.  fanout_wait() inside a child only waits:
+ * it never runs children, with or without FANOUT_WAIT_HELPS (that flag
+ * helps only top-level callers).  So a child that waits for the event of a
+ * delegation that has not finished yet - a later batch, or one it
+ * dispatched itself - needs another thread to run that delegation's
+ * children while it holds its own thread.  On a one-worker engine the
+ * worker is the waiting child's: the event comes only if a top-level
+ * thread is in a helping fanout_wait() (FANOUT_WAIT_HELPS) on a sink of
+ * that engine meanwhile; otherwise a wait with timeout < 0 never returns
+ * (and fanout_shutdown() hangs on that child).  In general, as many
+ * children waiting like this as the engine has workers, and nobody
+ * helping, wait forever.  Inside a child, use fanout_run() or
+ * fanout_delegate() instead: they run their own batch on the calling
+ * thread and cannot deadlock, or wait with a timeout.
  *
  * Memory ordering.  Publishing an event is a release: everything a child
  * wrote before returning (including memory reachable from its arg) is visible
@@ -161,6 +201,23 @@ FANOUT_API const char *fanout_status_name(enum fanout_status st);
  * @spin_ns:        how long an idle thread spins before it parks on a futex
  *                  (default 50000 ns; at most 1 s).  Set to 1 to park almost
  *                  at once.
+ * @max_pending:    back-pressure, per sink (the default sink and each one
+ *                  from fanout_sink_create()): a background delegation
+ *                  holds a place on its sink from the moment
+ *                  fanout_dispatch() accepts it until fanout_poll() or
+ *                  fanout_wait() hands its event out (running, or
+ *                  finished and queued, both count).  A sink holding
+ *                  max_pending refuses further dispatches with -EBUSY
+ *                  (fanout_delegate() then runs inline, FANOUT_INLINE_FULL)
+ *                  until its consumer takes events: a sink nobody drains
+ *                  cannot grow without bound.  Default: 4096, or
+ *                  4 x max_async when that is larger: the whole async pool
+ *                  fits on one sink with room for three times as many
+ *                  finished events waiting for a late consumer, so the
+ *                  limit bites only on a sink that really is not drained,
+ *                  while such a sink of one-child batches holds about
+ *                  2.5 MiB (4096 blocks of ~640 bytes).  At most 1<<24.
+ *                  README, "Memory", gives the bound on memory in use.
  */
 struct fanout_config {
 	unsigned workers;
@@ -172,6 +229,7 @@ struct fanout_config {
 	unsigned max_depth;
 	unsigned keep_completed;
 	uint64_t spin_ns;
+	unsigned max_pending;
 };
 
 /**
@@ -181,12 +239,16 @@ struct fanout_config {
  *
  * Return: 0 = completed; -ECANCELED = interrupted (return it after seeing
  * fanout_interrupted()); any other negative errno = error.  Positive values
- * are reported as errors.
+ * are reported as errors.  A child MUST return: no longjmp() out of it, no
+ * pthread_exit(), no C++ exception escaping it - the join would never
+ * complete (see "Children must return" at the top).
  *
  * Context: runs on a worker thread or, for fanout_run, possibly on the
  * caller's thread.  It may call any fanout function, including a nested
- * fanout_run() or fanout_delegate(); it must not call fanout_shutdown() or
- * fanout_destroy() of its own engine.
+ * fanout_run() or fanout_delegate(); fanout_shutdown() or fanout_destroy()
+ * of its own engine, or of any engine whose child waits for it through
+ * nested fanout_run() calls, returns -EDEADLK / does nothing (see
+ * fanout_shutdown()).
  */
 typedef int (*fanout_fn)(struct fanout_child *c, void *arg);
 
@@ -437,8 +499,20 @@ FANOUT_API int fanout_create(const struct fanout_config *cfg,
  * stay in their sinks, to be polled) and the workers have exited.
  * Idempotent.
  *
- * Context: blocks until running children return.  Not from a child of @e.
- * Return: 0; -EINVAL for NULL; -EDEADLK when called from a child of @e.
+ * Context: blocks until running children return.  Not from a child @e
+ * waits for: a child of @e, or a child nested in one through fanout_run()
+ * or an inline fanout_delegate() (any depth, any engines in between, on
+ * this thread or another: e.g. the application calls fanout_run(B), B's
+ * child calls fanout_run(A), and A's child - on this thread or on one of
+ * A's workers - calls fanout_shutdown(B)).  Such calls are detected by
+ * walking up the calling child's chain of synchronous delegations (no
+ * lock; one step per level).  A background delegation ends the chain: its
+ * dispatcher does not wait for it, so from its children shutting down the
+ * dispatcher's engine is allowed and returns 0 - it hangs only if the
+ * dispatching child itself waits for that delegation's event on a sink,
+ * which the library cannot detect.
+ * Return: 0; -EINVAL for NULL; -EDEADLK when @e waits for the calling
+ * child, as above (nothing changes; @e keeps accepting work).
  */
 FANOUT_API int fanout_shutdown(struct fanout_engine *e);
 
@@ -450,7 +524,8 @@ FANOUT_API int fanout_shutdown(struct fanout_engine *e);
  * still waiting in them and the blocks kept for reuse.  Events already
  * taken by a consumer must have been freed with fanout_event_free()
  * before; pointers into @e are invalid after.
- * Called from a child of @e it does nothing (it would wait for itself).
+ * Called from a child @e waits for (the -EDEADLK cases of
+ * fanout_shutdown()) it does nothing: it would wait for itself.
  */
 FANOUT_API void fanout_destroy(struct fanout_engine *e);
 
@@ -464,11 +539,16 @@ FANOUT_API void fanout_destroy(struct fanout_engine *e);
  * Costs one allocation and one to min(ntasks, max_children, workers) ring
  * operations, independent of ntasks beyond that.
  *
+ * The delegation holds a place on its sink until its event is taken by
+ * fanout_poll()/fanout_wait() (see fanout_config.max_pending).
+ *
  * Return: 0; -EINVAL (NULL @e or @batch, NULL tasks, ntasks 0, a task
  * without fn, a sink of another engine or being destroyed); -E2BIG (ntasks
- * > max_tasks); -EBUSY (max_async background delegations running, or
- * the work ring full); -ELOOP (children would be deeper than max_depth);
- * -ENOMEM; -ESHUTDOWN.  On error nothing happened and no event will come.
+ * > max_tasks); -EBUSY (max_async background delegations running, the
+ * sink holding max_pending events nobody has taken yet, or the work ring
+ * full; fanout_describe_error() says which); -ELOOP (children would be
+ * deeper than max_depth); -ENOMEM; -ESHUTDOWN.  On error nothing happened
+ * and no event will come.
  * Memory ordering: full barrier on success; none on failure.
  */
 FANOUT_API int fanout_dispatch(struct fanout_engine *e,
@@ -507,8 +587,9 @@ FANOUT_API int fanout_run(struct fanout_engine *e,
  *
  * At top level: background (fanout_dispatch).  Inside a child (depth > 0):
  * synchronous (fanout_run), so the parent child gets its result before it
- * returns.  At top level with the async pool full (-EBUSY): synchronous,
- * and says so with FANOUT_INLINE_FULL - never a silent downgrade.
+ * returns.  At top level when fanout_dispatch() says -EBUSY (the async
+ * pool full, the sink at max_pending, or the ring full): synchronous, and
+ * says so with FANOUT_INLINE_FULL - never a silent downgrade.
  *
  * Return: FANOUT_BACKGROUND, FANOUT_INLINE or FANOUT_INLINE_FULL; or the
  * negative errno of fanout_dispatch()/fanout_run().
@@ -800,6 +881,9 @@ FANOUT_API int fanout_sink_create(struct fanout_engine *e,
  * and its eventfd are released after an RCU grace period (a publisher may
  * still be finishing), so the fd number stays taken for a moment.  Do not
  * close the fd yourself.
+ * Events queued and not taken yet are allowed: they are freed with the
+ * sink.  Cost: a walk over the queued events (to tell queued from still to
+ * publish).
  * Return: 0; -EINVAL (NULL, or the engine's default sink, which
  * fanout_destroy() frees); -EBUSY when accepted delegations will still
  * publish to it (wait for or cancel them first; nothing is freed).
@@ -814,6 +898,8 @@ FANOUT_API struct fanout_sink *fanout_default_sink(struct fanout_engine *e);
  * @s:  the sink.
  * @ev: receives the event; free it with fanout_event_free().
  *
+ * Taking an event gives its delegation's place on the sink back
+ * (fanout_config.max_pending).
  * Memory ordering: acquire; pairs with the release that published it.
  * Return: 0; -EAGAIN when empty; -EINVAL (NULL); -EBUSY when another thread
  * is inside fanout_poll/fanout_wait on this sink.
@@ -838,6 +924,11 @@ FANOUT_API int fanout_poll(struct fanout_sink *s, struct fanout_event **ev);
  * it by the time one chunk takes; while it runs a child, the sink stays
  * busy (a second consumer still gets -EBUSY); and fanout_lookup() counts a
  * helped chunk in @ndone only once the whole chunk is done.
+ *
+ * Inside a child it never helps: a child that waits with @timeout_ms < 0
+ * for an event of a delegation that has not finished needs another thread
+ * to run it - on a one-worker engine, a top-level helping wait - or it
+ * waits forever (see "Children waiting for events" at the top).
  * Return: 0; -ETIMEDOUT; -EINVAL; -EBUSY (as fanout_poll).
  */
 FANOUT_API int fanout_wait(struct fanout_sink *s, struct fanout_event **ev,
@@ -914,7 +1005,9 @@ FANOUT_API const char *fanout_strerror(int err);
 
 /**
  * fanout_describe_error() - fanout_strerror() with the engine's figures,
- * e.g. for -EBUSY how many delegations run and which limit to raise.
+ * e.g. for -EBUSY how many delegations run and which limit to raise, and
+ * which sinks (the default one, how many created ones) are at max_pending
+ * because nobody drains them - the figures as they are now.
  * Return: as snprintf; -EINVAL for NULL @e, or NULL @buf with @len > 0.
  */
 FANOUT_API int fanout_describe_error(struct fanout_engine *e, int err,

@@ -10,7 +10,9 @@
  * overflow; the finaliser gives the slot back BEFORE publishing, so a
  * consumer that receives an event can immediately dispatch again.  Ring
  * credits are reserved before anything is inserted, so an accepted batch
- * never finds the ring full, and a refused one has changed nothing.
+ * never finds the ring full, and a refused one has changed nothing.  The
+ * sink's max_pending (back-pressure, sink.c) is the same kind of counter,
+ * taken first and given back when the event is taken.
  *
  * Shutdown.  `active` counts unfinished records plus dispatch/run calls in
  * progress.  A call adds 2 (itself and its record) before it reads
@@ -208,6 +210,12 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 		origin_put(&o);
 		return reject(e, err);
 	}
+	/* Back-pressure: a place on the sink until the event is taken. */
+	s = b->sink ? b->sink : e->default_sink;
+	if (!fanout__sink_hold(s)) {
+		err = -EBUSY;
+		goto out_active;
+	}
 	/* Admission: one max_async slot per batch.  acquire: pairs with the
 	 * release decrement in finalise, so the slot's old owner is done. */
 	if (atomic_fetch_add_explicit(&e->async_running, 1,
@@ -227,13 +235,7 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 		err = -ENOMEM;
 		goto out_credits;
 	}
-	s = b->sink ? b->sink : e->default_sink;
 	rec->sink = s;
-	/* relaxed: destroy reads it only after quiescence (documented).  The
-	 * default sink cannot be destroyed, so it keeps no count: one shared
-	 * RMW less on the dispatch and on the publish. */
-	if (!s->is_default)
-		atomic_fetch_add_explicit(&s->pending, 1, memory_order_relaxed);
 	atomic_init(&rec->refs, 2 + got);
 	rec->chunk = fanout__chunk_for(b->ntasks, got);
 	id = rec->id;
@@ -261,6 +263,8 @@ out_credits:
 out_async:
 	/* relaxed: undoing our own increment publishes nothing. */
 	atomic_fetch_sub_explicit(&e->async_running, 1, memory_order_relaxed);
+	fanout__sink_unhold(s);
+out_active:
 	fanout__active_put(e, 2);
 	origin_put(&o);
 	return reject(e, err);

@@ -16,8 +16,9 @@
  * `shutting` and signals, or shutdown's re-check after fq_ec_prepare sees
  * active == 0).  Only then are the workers stopped: fq_stop drains the
  * ring, whose leftover tokens find every child claimed and just drop their
- * references.  A child cannot call shutdown of its own engine: it would
- * wait for itself (-EDEADLK).
+ * references.  A child cannot call shutdown of its own engine, nor of an
+ * engine whose child waits (through nested fanout_run calls) for it: it
+ * would wait for itself (-EDEADLK; see waits_for_caller()).
  *
  * Destroy runs after shutdown, so the engine is quiescent: it frees queued
  * events and sinks, evicts the remaining records, waits for every pending
@@ -37,6 +38,10 @@
 #define MAX_SLOTS (1u << 24)
 #define MAX_ASYNC (1u << 20)
 #define MAX_KEEP (1u << 24)
+#define MAX_PENDING (1u << 24)
+/* Default max_pending: 4096, and never under 4 x max_async (see fanout.h). */
+#define PENDING_DEFAULT 4096u
+#define PENDING_PER_ASYNC 4u
 
 static unsigned cpu_count(void)
 {
@@ -67,7 +72,8 @@ static int resolve(const struct fanout_config *in, struct fanout_config *c)
 	    c->workers > MAX_WORKERS || c->max_tasks > MAX_TASKS ||
 	    c->max_depth > MAX_DEPTH || c->spin_ns > MAX_SPIN_NS ||
 	    c->queue_slots > MAX_SLOTS || c->max_async > MAX_ASYNC ||
-	    c->keep_completed > MAX_KEEP || c->max_children > MAX_TASKS)
+	    c->keep_completed > MAX_KEEP || c->max_children > MAX_TASKS ||
+	    c->max_pending > MAX_PENDING)
 		return -EINVAL;
 	if (!c->workers)
 		c->workers = cpu_count();
@@ -83,6 +89,11 @@ static int resolve(const struct fanout_config *in, struct fanout_config *c)
 		c->keep_completed = 1024;
 	if (!c->spin_ns)
 		c->spin_ns = 50000;
+	if (!c->max_pending)
+		c->max_pending =
+			c->max_async * PENDING_PER_ASYNC > PENDING_DEFAULT ?
+				c->max_async * PENDING_PER_ASYNC :
+				PENDING_DEFAULT;
 	return 0;
 }
 
@@ -161,11 +172,39 @@ out_free:
 	return err;
 }
 
-static bool inside_own_child(struct fanout_engine *e)
+/*
+ * Would fanout_shutdown(e) on this thread wait for itself?  It would on one
+ * of e's workers, and whenever a record of e cannot finish before the
+ * calling child returns: the child's own record, then, going up, the
+ * parent of each synchronous record on the way - a parent child sits in
+ * fanout_run() (or an inline fanout_delegate()) until the record below it
+ * has finished, whether that record's children run on this thread or on
+ * another engine's worker while the parent waits on its own thread.  A
+ * background record ends the walk: its parent child does not wait for it
+ * (unless it waits for the event on a sink, which the library cannot see;
+ * fanout.h says so).
+ *
+ * Every record on the walk is alive: the calling child's record is held
+ * by its runner, and the parent child of a synchronous record is blocked
+ * until that record has finished, so the parent record is still running.
+ * The fields read are I: written before the record's children could
+ * start, which happens-before this thread runs the child below.  No lock
+ * and no atomic; one step per nesting level, paid by shutdown/destroy only.
+ */
+static bool waits_for_caller(struct fanout_engine *e)
 {
 	struct fanout_child *c = fanout__current();
+	struct record *rec;
 
-	return fq_self(e->q) >= 0 || (c && c->rec->e == e);
+	if (fq_self(e->q) >= 0)
+		return true;
+	for (rec = c ? c->rec : NULL; rec; rec = rec->parent) {
+		if (rec->e == e)
+			return true;
+		if (rec->background)
+			break;
+	}
+	return false;
 }
 
 /* Sleep on `drained` until *word reaches want. */
@@ -202,7 +241,7 @@ int fanout_shutdown(struct fanout_engine *e)
 {
 	if (!e)
 		return -EINVAL;
-	if (inside_own_child(e))
+	if (waits_for_caller(e))
 		return -EDEADLK;
 	/* seq_cst: the store of the store-load pairs in deleg.c (enter,
 	 * recheck) and fanout__active_put(). */
@@ -225,7 +264,7 @@ int fanout_shutdown(struct fanout_engine *e)
 
 void fanout_destroy(struct fanout_engine *e)
 {
-	if (!e || inside_own_child(e))
+	if (!e || waits_for_caller(e))
 		return;
 	fanout_shutdown(e);
 	fanout__engines_del(e); /* no cancel tree walks e's table after */

@@ -149,6 +149,14 @@ struct record {
 	uint8_t *owned;			/* C: per child, OWN_* bits */
 	struct progress_slot *progress; /* I: nrunners slots */
 	unsigned nrunners;		/* I: tokens + the fanout_run caller */
+	/* I: the record of the child that started this delegation (the
+	 * calling thread's fanout__current() at alloc), NULL at top level.
+	 * Lifetime: a synchronous record's parent outlives it, because the
+	 * parent child sits in fanout_run until this record has finished; a
+	 * background record's parent may finish and be freed first, so it is
+	 * followed only from synchronous records (engine.c,
+	 * waits_for_caller()). */
+	struct record *parent;
 	/* I: copied into the event by the finaliser, so dispatch never
 	 * touches the event's lines (the finaliser writes them anyway). */
 	const char *context;
@@ -199,10 +207,9 @@ struct record {
 struct fanout_sink {
 	/* Producers: enqueue + signal. */
 	struct cds_wfcq_tail tail __attribute__((aligned(CACHELINE)));
-	_Atomic uint32_t pending; /* A: accepted delegations still to publish */
-	struct fq_ec ec;	  /* A: consumers waiting in fanout_wait */
-	_Atomic bool fd_used;	  /* A: fanout_sink_fd() was called */
-	_Atomic bool armed;	  /* A: the eventfd is (about to be) readable */
+	struct fq_ec ec;      /* A: consumers waiting in fanout_wait */
+	_Atomic bool fd_used; /* A: fanout_sink_fd() was called */
+	_Atomic bool armed;   /* A: the eventfd is (about to be) readable */
 
 	/* Consumer side. */
 	struct cds_wfcq_head head __attribute__((aligned(CACHELINE)));
@@ -213,6 +220,14 @@ struct fanout_sink {
 	bool is_default;	   /* I */
 	struct cds_lfht_node node; /* in e->sinks */
 	struct rcu_head rcu;
+
+	/* Back-pressure (sink.c): touched by dispatchers and the consumer -
+	 * often one thread - never by the publishing worker, so it has its
+	 * own line, away from the producers' tail and the consumer's head.
+	 * A: accepted delegations whose event has not been TAKEN yet (still
+	 * running, or published and queued here); at most max_pending. */
+	_Atomic uint32_t untaken __attribute__((aligned(CACHELINE)));
+	uint32_t max_pending; /* I: fanout_config.max_pending */
 };
 
 struct fanout_engine {
@@ -319,6 +334,29 @@ void fanout__table_destroy(struct fanout_engine *e);
 /* sink.c */
 int fanout__sink_new(struct fanout_engine *e, bool is_default,
 		     struct fanout_sink **out);
+unsigned fanout__sinks_full(struct fanout_engine *e, bool *default_full);
+
+/* Take a place on @s for a delegation about to be accepted (its event will
+ * give it back when taken); false, with nothing changed, at max_pending.
+ * relaxed: an admission count, like max_async - the RMW's atomicity is the
+ * bound, and nothing is published through it (the event goes through the
+ * queue).  A refused caller's transient +1 can only make a concurrent
+ * dispatch see the sink full a moment early, never let one past it. */
+static inline bool fanout__sink_hold(struct fanout_sink *s)
+{
+	if (atomic_fetch_add_explicit(&s->untaken, 1, memory_order_relaxed) <
+	    s->max_pending)
+		return true;
+	atomic_fetch_sub_explicit(&s->untaken, 1, memory_order_relaxed);
+	return false;
+}
+
+/* Give back a place taken by fanout__sink_hold() (a dispatch that failed
+ * later, or an event taken).  relaxed: as above. */
+static inline void fanout__sink_unhold(struct fanout_sink *s)
+{
+	atomic_fetch_sub_explicit(&s->untaken, 1, memory_order_relaxed);
+}
 void fanout__sink_publish(struct fanout_sink *s, struct record *rec);
 int fanout__sinks_init(struct fanout_engine *e);
 void fanout__sinks_destroy(struct fanout_engine *e);
