@@ -69,6 +69,11 @@ struct fanout_child *fanout__current(void)
 	return tls_child;
 }
 
+void fanout__forget_child(void)
+{
+	tls_child = NULL; /* fork.c: a forked process starts at top level */
+}
+
 /* ------------------------------------------------------------ lifetime */
 
 static void rec_free_rcu(struct rcu_head *head)
@@ -725,6 +730,8 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 
 	if (!e || !b)
 		return e ? reject(e, -EINVAL) : -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD; /* fork.c; not counted: nothing changes */
 	err = check_batch(e, b, &depth);
 	if (!err && b->sink && b->sink->e != e)
 		err = -EINVAL;
@@ -792,6 +799,8 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 
 	if (!e || !b || !evp)
 		return e ? reject(e, -EINVAL) : -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD; /* fork.c; not counted: nothing changes */
 	err = check_batch(e, b, &depth);
 	if (err)
 		return reject(e, err);
@@ -866,6 +875,8 @@ int fanout_cancel(struct fanout_engine *e, fanout_id id, unsigned how)
 	if (!e || !id || !how ||
 	    (how & ~(FANOUT_CANCEL_PENDING | FANOUT_CANCEL_INTERRUPT)))
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
 	fanout__read_lock();
 	rec = fanout__table_find(e, id);
 	err = rec ? fanout__cancel_rec(rec, how) : -ENOENT;

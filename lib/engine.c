@@ -28,6 +28,8 @@
 #include <errno.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_WORKERS 1024u
@@ -86,6 +88,48 @@ static int resolve(const struct fanout_config *in, struct fanout_config *c)
 	return 0;
 }
 
+/* splitmix64's step: a bijection that spreads every input bit. */
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/*
+ * Where the engine's id counter starts (issue 9.6).  Ids are mix64(counter)
+ * (deleg.c, new_id), a bijection, so they stay unique within the engine
+ * from any start; a random start makes two engines - in one process, in
+ * two processes, in a parent and its forked child - hand out different
+ * ids instead of the same deleg_5692161d100b05e5 first.  Without
+ * getrandom() (ENOSYS, a seccomp filter) or before the kernel has entropy
+ * (EAGAIN: we never block for it), mix what differs between engines: the
+ * wall clock, the monotonic clock, the pid, the engine's address and a
+ * per-process count of engines.
+ */
+static uint64_t id_start(const struct fanout_engine *e)
+{
+	static _Atomic uint64_t engines;
+	struct timespec ts;
+	uint64_t v;
+	ssize_t r;
+
+	do
+		r = getrandom(&v, sizeof(v), GRND_NONBLOCK);
+	while (r < 0 && errno == EINTR);
+	if (r == (ssize_t)sizeof(v))
+		return v;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	v = mix((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
+	v = mix(v ^ fq_now_ns());
+	v = mix(v ^ (uint64_t)getpid());
+	v = mix(v ^ (uint64_t)(uintptr_t)e);
+	/* relaxed: only a distinct value is needed (RMW atomicity). */
+	return mix(v ^ atomic_fetch_add_explicit(&engines, 1,
+						 memory_order_relaxed));
+}
+
 int fanout_create(const struct fanout_config *cfg, struct fanout_engine **out)
 {
 	struct fanout_engine *e;
@@ -102,6 +146,13 @@ int fanout_create(const struct fanout_config *cfg, struct fanout_engine **out)
 	err = resolve(cfg, &e->cfg);
 	if (err)
 		goto out_free;
+	/* After the first allocation: see "When" in fork.c. */
+	err = fanout__fork_init();
+	if (err)
+		goto out_free;
+	/* relaxed: this process's own value; see fork.c. */
+	e->fork_gen =
+		atomic_load_explicit(&fanout__fork_gen, memory_order_relaxed);
 	e->max_tokens = e->cfg.workers < e->cfg.max_children ?
 				e->cfg.workers :
 				e->cfg.max_children;
@@ -116,7 +167,7 @@ int fanout_create(const struct fanout_config *cfg, struct fanout_engine **out)
 	qp.workers = e->cfg.workers;
 	qp.pin = !(e->cfg.flags & FANOUT_NO_PIN);
 	qp.spin_ns = e->cfg.spin_ns;
-	atomic_init(&e->next_id, 1);
+	atomic_init(&e->next_id, id_start(e));
 	atomic_init(&e->async_running, 0);
 	atomic_init(&e->active, 0);
 	atomic_init(&e->finish_seq, 0);
@@ -190,6 +241,8 @@ int fanout_shutdown(struct fanout_engine *e)
 {
 	if (!e)
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
 	if (inside_own_child(e))
 		return -EDEADLK;
 	/* seq_cst: the store of the store-load pairs in deleg.c (enter,
@@ -211,10 +264,22 @@ int fanout_shutdown(struct fanout_engine *e)
 
 void fanout_destroy(struct fanout_engine *e)
 {
-	if (!e || inside_own_child(e))
+	bool inherited;
+
+	if (!e)
 		return;
-	fanout_shutdown(e);
-	fanout__sinks_destroy(e);
+	/* Inherited across fork(): no worker, call or publisher of it exists
+	 * in this process; free what is ours without stopping anything
+	 * (fork.c, "Destroying an inherited engine"). */
+	inherited = fanout__inherited(e->fork_gen);
+	if (inherited) {
+		fanout__fork_forget_sinks(e);
+	} else {
+		if (inside_own_child(e))
+			return;
+		fanout_shutdown(e);
+		fanout__sinks_destroy(e);
+	}
 	fanout__table_destroy(e);
 	/* Every record and sink handed to call_rcu is gone after this; the
 	 * second barrier catches records released BY those callbacks (a sink
@@ -222,7 +287,10 @@ void fanout_destroy(struct fanout_engine *e)
 	rcu_barrier();
 	rcu_barrier();
 	FQ_HANDOFF_ACQUIRE(&fanout__rcu_token); /* the callbacks' release */
-	fq_free(e->q);
+	if (inherited)
+		fq_free_forked(e->q);
+	else
+		fq_free(e->q);
 	fa_cache_drain(&e->blocks); /* every record is freed by now */
 	fanout__free(e->st_worker_children,
 		     sizeof(*e->st_worker_children) * e->cfg.workers);
@@ -235,6 +303,8 @@ int fanout_stats(struct fanout_engine *e, struct fanout_stats *st)
 
 	if (!e || !st)
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
 	memset(st, 0, sizeof(*st));
 	/* acquire first: pairs with the release increment in finalise, so
 	 * every completion counted here has its start counted below.  The

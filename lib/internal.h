@@ -146,6 +146,7 @@ struct fanout_sink {
 	_Atomic bool busy; /* A: a consumer is inside poll/wait */
 
 	struct fanout_engine *e;   /* I */
+	uint32_t fork_gen;	   /* I: fanout__fork_gen at creation */
 	int efd;		   /* I */
 	bool is_default;	   /* I */
 	struct cds_lfht_node node; /* in e->sinks */
@@ -162,6 +163,7 @@ struct fanout_engine {
 	_Atomic(struct record *) *kept;	      /* A: cfg.keep_completed slots */
 	_Atomic uint64_t *st_worker_children; /* I pointer; per worker, W */
 	unsigned max_tokens; /* I: min(workers, max_children) */
+	uint32_t fork_gen;   /* I: fanout__fork_gen at creation (fork.c) */
 
 	/* Touched only by dispatching threads. */
 	_Atomic uint64_t next_id __attribute__((aligned(CACHELINE)));
@@ -219,7 +221,21 @@ void fanout__str_free(const char *s);
 
 /* deleg.c */
 struct fanout_child *fanout__current(void);
+void fanout__forget_child(void);
 bool fanout__help_step(struct fanout_engine *e);
+
+/* fork.c */
+extern _Atomic uint32_t fanout__fork_gen;
+int fanout__fork_init(void);
+void fanout__fork_forget_sinks(struct fanout_engine *e);
+
+/* Was the object stamped with @gen created in an ancestor process (it
+ * crossed a fork())?  relaxed: exact, see "Inherited engines" in fork.c. */
+static inline bool fanout__inherited(uint32_t gen)
+{
+	return atomic_load_explicit(&fanout__fork_gen, memory_order_relaxed) !=
+	       gen;
+}
 
 static inline double fanout__bits_to_double(uint64_t b)
 {

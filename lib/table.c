@@ -206,6 +206,8 @@ int fanout_lookup(struct fanout_engine *e, fanout_id id,
 
 	if (!e || !id || !info)
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
 	fanout__read_lock();
 	rec = fanout__table_find(e, id);
 	if (rec) {
@@ -270,6 +272,8 @@ int fanout_list(struct fanout_engine *e, struct fanout_info *infos, size_t cap,
 
 	if (!e || !n || (!infos && cap))
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
 	fanout__read_lock();
 	fanout__lfht_for_each(e->table, &iter, node) {
 		struct fanout_info info;
