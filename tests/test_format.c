@@ -722,9 +722,9 @@ static void json_large_summary(void **state)
 
 /* ------------------------------------------------------------ strerror */
 
-static const int named[] = {EBUSY,  E2BIG,     EINVAL,  ENOMEM,    ESHUTDOWN,
-			    ELOOP,  ENOENT,    EALREADY, EAGAIN,   ETIMEDOUT,
-			    EDEADLK, EOWNERDEAD};
+static const int named[] = {EBUSY,     E2BIG,	  EINVAL,  ENOMEM,
+			    ESHUTDOWN, ELOOP,	  ENOENT,  EALREADY,
+			    EAGAIN,    ETIMEDOUT, EDEADLK, EOWNERDEAD};
 
 static void strerror_named_codes(void **state)
 {
