@@ -22,6 +22,8 @@
  * Destroy runs after shutdown, so the engine is quiescent: it frees queued
  * events and sinks, evicts the remaining records, waits for every pending
  * call_rcu callback (rcu_barrier) and only then frees the queue and itself.
+ * An engine inherited across fork() is never shut down (its workers are
+ * not in this process): destroy frees the child's copy instead (fork.c).
  */
 #include "internal.h"
 
