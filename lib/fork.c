@@ -28,13 +28,15 @@
  * When.  On the first fanout_create() (pthread_once, which glibc keeps
  * fork-safe), after its first allocation.  pthread_atfork() runs prepare
  * handlers in reverse order of registration, so ours runs BEFORE the
- * allocator's (jemalloc and the sanitizers register theirs at start-up):
- * the call_rcu thread may be inside free() in a callback, and must reach
- * its pause point before the allocator's prepare handler takes its locks.
- * (This is the hang liburcu's README warns about for pthread_atfork;
- * glibc's own malloc takes its locks after every handler, so it is safe
- * too.)  An engine exists only after the registration, so no engine can
- * cross a fork unseen.  Not covered: _Fork(), vfork() or a raw clone()
+ * allocator's (jemalloc registers its own when it initialises, before
+ * any engine; so does TSan's runtime): the call_rcu thread may be inside
+ * free() in a callback, and must reach its pause point before the
+ * allocator's prepare handler takes its locks.  (This is the hang
+ * liburcu's README warns about for pthread_atfork; glibc's own malloc
+ * takes its locks after every handler, so it is safe too.  gcc 12's ASan
+ * takes none at all: tests/test_fork.c, workers_settled().)  An engine
+ * exists only after the registration, so no engine can cross a fork
+ * unseen.  Not covered: _Fork(), vfork() or a raw clone()
  * whose child does anything but exec (no atfork handlers run).
  *
  * Inherited engines.  fanout__fork_gen counts, per process, the forks that
