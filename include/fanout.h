@@ -86,7 +86,9 @@
  * or clone() children that do more than exec (no atfork handler runs), and
  * a fork while another thread is inside fanout_destroy() (the child must
  * not destroy that engine).  Cost: one relaxed load per call, of a line
- * only a forked child's handler writes.
+ * only a forked child's handler writes; and each fork() of a process that
+ * has created an engine waits for liburcu to pause and resume its RCU
+ * threads (1 ms sleeps: milliseconds per fork; posix_spawn() skips it).
  *
  * Memory ordering.  Publishing an event is a release: everything a child
  * wrote before returning (including memory reachable from its arg) is visible
