@@ -98,6 +98,38 @@
  * fanout_delegate() instead: they run their own batch on the calling
  * thread and cannot deadlock, or wait with a timeout.
  *
+ * Fork.  On the first fanout_create() fanout registers pthread_atfork()
+ * handlers (liburcu-bp's, whose call_rcu and resize threads fork does not
+ * copy), so a process forked from one that uses fanout - Python's
+ * multiprocessing does it by default - can create, use and destroy engines
+ * of its own as usual.  Do not register liburcu-bp's fork handlers again
+ * yourself: they are not reentrant.  An engine created before the fork,
+ * and its sinks, belong to the parent: their workers do not exist in the
+ * child, so in the child every call on them fails with -EOWNERDEAD and
+ * changes nothing - dispatch, run, delegate, cancel, lookup, list, stats,
+ * shutdown, sink_create/destroy, sink_fd, and poll/wait even when events
+ * wait in the sink (they are the parent's, and the eventfd is shared with
+ * the parent).  Only fanout_destroy() works: it frees the child's copy
+ * (sinks, their queued events and eventfd descriptors, finished records,
+ * the engine) and joins no thread; records still running at the fork are
+ * left allocated (their other references belong to threads the child does
+ * not have; the pages are the parent's, copy-on-write).  The parent is not
+ * affected: each delegation it had accepted still publishes exactly one
+ * event there.  Events the parent had taken before the fork are copies in
+ * the child; read and free them before destroying the inherited engine.
+ * A child task may fork (to exec a program, say): the new process starts
+ * at top level (fanout_current_child() is NULL, new delegations have depth
+ * 1), may create engines, and must end in exec*() or _exit(): returning
+ * from the task there would resume the copied worker loop (undefined).
+ * A process forked by a pinned worker inherits its one-CPU affinity, so a
+ * new engine there defaults to one worker.  Not covered: _Fork(), vfork()
+ * or clone() children that do more than exec (no atfork handler runs), and
+ * a fork while another thread is inside fanout_destroy() (the child must
+ * not destroy that engine).  Cost: one relaxed load per call, of a line
+ * only a forked child's handler writes; and each fork() of a process that
+ * has created an engine waits for liburcu to pause and resume its RCU
+ * threads (1 ms sleeps: milliseconds per fork; posix_spawn() skips it).
+ *
  * Memory ordering.  Publishing an event is a release: everything a child
  * wrote before returning (including memory reachable from its arg) is visible
  * to whoever receives the event (fanout_poll/wait/run acquire).  A successful
@@ -128,7 +160,11 @@ extern "C" {
  * typedef fanout_id - names one delegation; never 0.
  *
  * Printed as "deleg_%016llx" (see FANOUT_ID_FMT).  Ids are unique within an
- * engine for its whole lifetime.
+ * engine for its whole lifetime.  Each engine starts its sequence at a
+ * random point (getrandom(), or clocks, pid and address without it), so
+ * engines of one process, of different processes and of a parent and its
+ * forked child hand out different ids with overwhelming probability -
+ * but only uniqueness within one engine is guaranteed.
  */
 typedef uint64_t fanout_id;
 #define FANOUT_ID_FMT "deleg_%016llx"
@@ -484,7 +520,9 @@ struct fanout_stats {
  * (nothing is created); -ENOMEM; -EAGAIN when a worker thread cannot be
  * created (all threads already started are stopped again); -EMFILE or
  * -ENFILE when the default sink's eventfd cannot be created.  On error
- * nothing is left behind.
+ * nothing is left behind.  The first call in a process registers the fork
+ * handlers (see "Fork" above); if that fails (-ENOMEM), every later call
+ * fails too, rather than create engines a forked child would hang on.
  */
 FANOUT_API int fanout_create(const struct fanout_config *cfg,
 			     struct fanout_engine **out);
@@ -512,7 +550,9 @@ FANOUT_API int fanout_create(const struct fanout_config *cfg,
  * dispatching child itself waits for that delegation's event on a sink,
  * which the library cannot detect.
  * Return: 0; -EINVAL for NULL; -EDEADLK when @e waits for the calling
- * child, as above (nothing changes; @e keeps accepting work).
+ * child, as above (nothing changes; @e keeps accepting work);
+ * -EOWNERDEAD in a forked child for an engine created before the fork
+ * (nothing is stopped: the parent's engine is not the child's to stop).
  */
 FANOUT_API int fanout_shutdown(struct fanout_engine *e);
 
@@ -526,6 +566,8 @@ FANOUT_API int fanout_shutdown(struct fanout_engine *e);
  * before; pointers into @e are invalid after.
  * Called from a child @e waits for (the -EDEADLK cases of
  * fanout_shutdown()) it does nothing: it would wait for itself.
+ * In a forked child, for an engine created before the fork: frees the
+ * child's copy without stopping or joining anything (see "Fork" above).
  */
 FANOUT_API void fanout_destroy(struct fanout_engine *e);
 
@@ -547,7 +589,9 @@ FANOUT_API void fanout_destroy(struct fanout_engine *e);
  * > max_tasks); -EBUSY (max_async background delegations running, the
  * sink holding max_pending events nobody has taken yet, or the work ring
  * full; fanout_describe_error() says which); -ELOOP (children would be
- * deeper than max_depth); -ENOMEM; -ESHUTDOWN.  On error nothing happened
+ * deeper than max_depth); -ENOMEM; -ESHUTDOWN; -EOWNERDEAD (@e was
+ * created before a fork(), in the parent; not counted in stats.rejected).
+ * On error nothing happened
  * and no event will come.
  * Memory ordering: full barrier on success; none on failure.
  */
@@ -568,7 +612,7 @@ FANOUT_API int fanout_dispatch(struct fanout_engine *e,
  * Context: blocks until every child has finished.
  * Return: 0 (the children's outcomes are in the event, not here); -EINVAL;
  * -E2BIG; -ELOOP when called from a child at depth max_depth; -ENOMEM;
- * -ESHUTDOWN.
+ * -ESHUTDOWN; -EOWNERDEAD (@e crossed a fork(); nothing ran).
  */
 FANOUT_API int fanout_run(struct fanout_engine *e,
 			  const struct fanout_batch *batch,
@@ -592,7 +636,8 @@ FANOUT_API int fanout_run(struct fanout_engine *e,
  * says so with FANOUT_INLINE_FULL - never a silent downgrade.
  *
  * Return: FANOUT_BACKGROUND, FANOUT_INLINE or FANOUT_INLINE_FULL; or the
- * negative errno of fanout_dispatch()/fanout_run().
+ * negative errno of fanout_dispatch()/fanout_run() (-EOWNERDEAD in a
+ * forked child for an inherited engine: never run inline instead).
  */
 FANOUT_API int fanout_delegate(struct fanout_engine *e,
 			       const struct fanout_batch *batch, fanout_id *id,
@@ -635,7 +680,8 @@ FANOUT_API int fanout_delegate(struct fanout_engine *e,
  * event, on the calling thread.
  * Return: 0; -EINVAL (NULL @e, id 0, bad @how, ABANDON without
  * INTERRUPT); -ENOENT (unknown or pruned id); -EALREADY (already finished;
- * nothing changes).
+ * nothing changes); -EOWNERDEAD (@e crossed a fork(): its delegations run
+ * in the parent).
  */
 FANOUT_API int fanout_cancel(struct fanout_engine *e, fanout_id id,
 			     unsigned how);
@@ -667,7 +713,8 @@ FANOUT_API int fanout_cancel_session(struct fanout_engine *e,
  * Finished records stay visible until at least keep_completed newer
  * delegations have finished, and never vanish before their event was
  * published.  Context: RCU read side; never blocks.
- * Return: 0; -EINVAL (NULL argument, id 0); -ENOENT.
+ * Return: 0; -EINVAL (NULL argument, id 0); -ENOENT; -EOWNERDEAD (@e
+ * crossed a fork(): the child's copy of a record would never change).
  */
 FANOUT_API int fanout_lookup(struct fanout_engine *e, fanout_id id,
 			     struct fanout_info *info);
@@ -682,14 +729,15 @@ FANOUT_API int fanout_lookup(struct fanout_engine *e, fanout_id id,
  *
  * Entries are sorted by dispatch time, newest first.  Context: RCU read
  * side; never blocks.
- * Return: 0; -EINVAL (NULL @e or @n, or NULL @infos with @cap > 0).
+ * Return: 0; -EINVAL (NULL @e or @n, or NULL @infos with @cap > 0);
+ * -EOWNERDEAD (@e crossed a fork()).
  */
 FANOUT_API int fanout_list(struct fanout_engine *e, struct fanout_info *infos,
 			   size_t cap, size_t *n);
 
 /**
  * fanout_stats() - read the counters.  Never blocks.
- * Return: 0; -EINVAL for NULL.
+ * Return: 0; -EINVAL for NULL; -EOWNERDEAD (@e crossed a fork()).
  */
 FANOUT_API int fanout_stats(struct fanout_engine *e, struct fanout_stats *st);
 
@@ -869,7 +917,7 @@ FANOUT_API fanout_id fanout_pending_id(const struct fanout_pending *p);
 /**
  * fanout_sink_create() - a new event queue with its own eventfd.
  * Return: 0; -EINVAL (NULL); -ENOMEM; -EMFILE/-ENFILE (no eventfd);
- * -ESHUTDOWN.
+ * -ESHUTDOWN; -EOWNERDEAD (@e crossed a fork()).
  */
 FANOUT_API int fanout_sink_create(struct fanout_engine *e,
 				  struct fanout_sink **out);
@@ -886,7 +934,9 @@ FANOUT_API int fanout_sink_create(struct fanout_engine *e,
  * publish).
  * Return: 0; -EINVAL (NULL, or the engine's default sink, which
  * fanout_destroy() frees); -EBUSY when accepted delegations will still
- * publish to it (wait for or cancel them first; nothing is freed).
+ * publish to it (wait for or cancel them first; nothing is freed);
+ * -EOWNERDEAD for a sink created before a fork() (fanout_destroy() of its
+ * engine frees it).
  */
 FANOUT_API int fanout_sink_destroy(struct fanout_sink *s);
 
@@ -902,7 +952,9 @@ FANOUT_API struct fanout_sink *fanout_default_sink(struct fanout_engine *e);
  * (fanout_config.max_pending).
  * Memory ordering: acquire; pairs with the release that published it.
  * Return: 0; -EAGAIN when empty; -EINVAL (NULL); -EBUSY when another thread
- * is inside fanout_poll/fanout_wait on this sink.
+ * is inside fanout_poll/fanout_wait on this sink; -EOWNERDEAD for a sink
+ * created before a fork(), even if events wait in it (they are the
+ * parent's; taking them in the child would deliver them twice).
  */
 FANOUT_API int fanout_poll(struct fanout_sink *s, struct fanout_event **ev);
 
@@ -929,7 +981,8 @@ FANOUT_API int fanout_poll(struct fanout_sink *s, struct fanout_event **ev);
  * for an event of a delegation that has not finished needs another thread
  * to run it - on a one-worker engine, a top-level helping wait - or it
  * waits forever (see "Children waiting for events" at the top).
- * Return: 0; -ETIMEDOUT; -EINVAL; -EBUSY (as fanout_poll).
+ * Return: 0; -ETIMEDOUT; -EINVAL; -EBUSY, -EOWNERDEAD (as fanout_poll,
+ * at once, whatever @timeout_ms).
  */
 FANOUT_API int fanout_wait(struct fanout_sink *s, struct fanout_event **ev,
 			   int timeout_ms);
@@ -941,7 +994,9 @@ FANOUT_API int fanout_wait(struct fanout_sink *s, struct fanout_event **ev,
  * -EAGAIN; the fd may stay readable until a fanout_poll() (or a timed-out
  * fanout_wait()) finds the sink empty (a spurious wakeup), but it is never
  * unreadable while an event waits and no poll is in progress.  Do not read() it yourself.  Owned by the sink.
- * Return: the fd; -EINVAL for NULL.
+ * Return: the fd; -EINVAL for NULL; -EOWNERDEAD for a sink created before
+ * a fork() (the eventfd is shared with the parent: reading it in the
+ * child would take the parent's wakeups).
  */
 FANOUT_API int fanout_sink_fd(struct fanout_sink *s);
 

@@ -198,6 +198,8 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 
 	if (!e || !b)
 		return e ? reject(e, -EINVAL) : -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD; /* fork.c; not counted: nothing changes */
 	if (b->sink && b->sink->e != e)
 		return reject(e, -EINVAL);
 	err = check_batch(e, b, &depth, &o);
@@ -280,6 +282,8 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 
 	if (!e || !b || !evp)
 		return e ? reject(e, -EINVAL) : -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD; /* fork.c; not counted: nothing changes */
 	err = check_batch(e, b, &depth, &o);
 	if (err)
 		return reject(e, err);
@@ -361,6 +365,8 @@ int fanout_cancel(struct fanout_engine *e, fanout_id id, unsigned how)
 	if (!e || !id || !how || (how & ~CANCEL_HOW_MASK) ||
 	    ((how & FANOUT_CANCEL_ABANDON) && !(how & FANOUT_CANCEL_INTERRUPT)))
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
 	fanout__read_lock();
 	rec = fanout__table_find(e, id);
 	err = rec ? fanout__cancel_rec(rec, how | CANCEL_USER) : -ENOENT;

@@ -23,6 +23,8 @@
  * Destroy runs after shutdown, so the engine is quiescent: it frees queued
  * events and sinks, evicts the remaining records, waits for every pending
  * call_rcu callback (rcu_barrier) and only then frees the queue and itself.
+ * An engine inherited across fork() is never shut down (its workers are
+ * not in this process): destroy frees the child's copy instead (fork.c).
  */
 #include "internal.h"
 
@@ -113,6 +115,13 @@ int fanout_create(const struct fanout_config *cfg, struct fanout_engine **out)
 	err = resolve(cfg, &e->cfg);
 	if (err)
 		goto out_free;
+	/* After the first allocation: see "When" in fork.c. */
+	err = fanout__fork_init();
+	if (err)
+		goto out_free;
+	/* relaxed: this process's own value; see fork.c. */
+	e->fork_gen =
+		atomic_load_explicit(&fanout__fork_gen, memory_order_relaxed);
 	e->max_tokens = e->cfg.workers < e->cfg.max_children ?
 				e->cfg.workers :
 				e->cfg.max_children;
@@ -241,6 +250,8 @@ int fanout_shutdown(struct fanout_engine *e)
 {
 	if (!e)
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
 	if (waits_for_caller(e))
 		return -EDEADLK;
 	/* seq_cst: the store of the store-load pairs in deleg.c (enter,
@@ -264,11 +275,24 @@ int fanout_shutdown(struct fanout_engine *e)
 
 void fanout_destroy(struct fanout_engine *e)
 {
-	if (!e || waits_for_caller(e))
+	bool inherited;
+
+	if (!e)
 		return;
-	fanout_shutdown(e);
+	/* Inherited across fork(): no worker, call or publisher of it exists
+	 * in this process; free what is ours without stopping anything
+	 * (fork.c, "Destroying an inherited engine"). */
+	inherited = fanout__inherited(e->fork_gen);
+	if (inherited) {
+		fanout__fork_forget_sinks(e);
+		fanout__timer_forget(e);
+	} else {
+		if (waits_for_caller(e))
+			return;
+		fanout_shutdown(e);
+		fanout__sinks_destroy(e);
+	}
 	fanout__engines_del(e); /* no cancel tree walks e's table after */
-	fanout__sinks_destroy(e);
 	fanout__table_destroy(e);
 	/* Every record and sink handed to call_rcu is gone after this; the
 	 * second barrier catches records released BY those callbacks (a sink
@@ -276,7 +300,10 @@ void fanout_destroy(struct fanout_engine *e)
 	rcu_barrier();
 	rcu_barrier();
 	FQ_HANDOFF_ACQUIRE(&fanout__rcu_token); /* the callbacks' release */
-	fq_free(e->q);
+	if (inherited)
+		fq_free_forked(e->q);
+	else
+		fq_free(e->q);
 	fa_cache_drain(&e->blocks); /* every record is freed by now */
 	fanout__free(e->st_worker_children,
 		     sizeof(*e->st_worker_children) * e->cfg.workers);
@@ -289,6 +316,8 @@ int fanout_stats(struct fanout_engine *e, struct fanout_stats *st)
 
 	if (!e || !st)
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
 	memset(st, 0, sizeof(*st));
 	/* acquire first: pairs with the release increment in finalise, so
 	 * every completion counted here has its start counted below.  The

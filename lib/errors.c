@@ -50,7 +50,10 @@
 		  "eventfd; retry later")                                      \
 	X(ECANCELED,                                                           \
 	  "interrupted: the delegation was cancelled or the engine "           \
-	  "shut down")
+	  "shut down")                                                         \
+	X(EOWNERDEAD, "engine was created in the parent process before "       \
+		      "fork(); create a new engine in the child (only "        \
+		      "fanout_destroy() works on this one)")
 
 const char *fanout_strerror(int err)
 {

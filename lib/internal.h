@@ -216,6 +216,7 @@ struct fanout_sink {
 	_Atomic bool busy; /* A: a consumer is inside poll/wait */
 
 	struct fanout_engine *e;   /* I */
+	uint32_t fork_gen;	   /* I: fanout__fork_gen at creation */
 	int efd;		   /* I */
 	bool is_default;	   /* I */
 	struct cds_lfht_node node; /* in e->sinks */
@@ -240,6 +241,7 @@ struct fanout_engine {
 	_Atomic(struct record *) *kept;	      /* A: cfg.keep_completed slots */
 	_Atomic uint64_t *st_worker_children; /* I pointer; per worker, W */
 	unsigned max_tokens; /* I: min(workers, max_children) */
+	uint32_t fork_gen;   /* I: fanout__fork_gen at creation (fork.c) */
 
 	/* Touched only by dispatching threads. */
 	_Atomic uint64_t st_dispatched __attribute__((aligned(CACHELINE)));
@@ -285,6 +287,7 @@ void fanout__active_put(struct fanout_engine *e, uint32_t n);
 
 /* join.c */
 struct fanout_child *fanout__current(void);
+void fanout__forget_child(void);
 void fanout__run_token(struct fq_work *w);
 bool fanout__help_step(struct fanout_engine *e);
 int fanout__cancel_rec(struct record *rec, unsigned how);
@@ -304,10 +307,13 @@ int fanout__timer_start(struct fanout_engine *e);
 void fanout__timer_add(struct fanout_engine *e, struct record *rec);
 void fanout__timer_done(struct fanout_engine *e);
 void fanout__timer_stop(struct fanout_engine *e);
+void fanout__timer_forget(struct fanout_engine *e);
 
 /* tree.c */
 void fanout__engines_add(struct fanout_engine *e);
 void fanout__engines_del(struct fanout_engine *e);
+void fanout__engines_lock(void);
+void fanout__engines_unlock(void);
 void fanout__tree_cancel(struct record *rec, unsigned how);
 /* Chunk size: about 8 claims per runner, so runners stay balanced while
  * `claim` is touched once per chunk, not once per child (and `remaining`
@@ -366,6 +372,19 @@ extern _Atomic long fanout__fail_eventfd_at;
 char *fanout__str_dup(const char *s, size_t len);
 void fanout__str_free(const char *s);
 void fanout__mark_strings(struct record *rec);
+
+/* fork.c */
+extern _Atomic uint32_t fanout__fork_gen;
+int fanout__fork_init(void);
+void fanout__fork_forget_sinks(struct fanout_engine *e);
+
+/* Was the object stamped with @gen created in an ancestor process (it
+ * crossed a fork())?  relaxed: exact, see "Inherited engines" in fork.c. */
+static inline bool fanout__inherited(uint32_t gen)
+{
+	return atomic_load_explicit(&fanout__fork_gen, memory_order_relaxed) !=
+	       gen;
+}
 
 static inline double fanout__bits_to_double(uint64_t b)
 {

@@ -63,6 +63,11 @@ struct fanout_child *fanout__current(void)
 	return tls_child;
 }
 
+void fanout__forget_child(void)
+{
+	tls_child = NULL; /* fork.c: a forked process starts at top level */
+}
+
 /* -------------------------------------------------------------- finalise */
 
 static const char *code_text(int code)

@@ -120,6 +120,7 @@ int fanout__sink_new(struct fanout_engine *e, bool is_default,
 	atomic_init(&s->armed, false);
 	atomic_init(&s->busy, false);
 	s->e = e;
+	s->fork_gen = e->fork_gen;
 	s->is_default = is_default;
 	cds_lfht_node_init(&s->node);
 	fanout__read_lock();
@@ -228,6 +229,8 @@ int fanout_poll(struct fanout_sink *s, struct fanout_event **ev)
 
 	if (!s || !ev)
 		return -EINVAL;
+	if (fanout__inherited(s->fork_gen))
+		return -EOWNERDEAD; /* see fanout.h, "Fork" */
 	if (!enter(s))
 		return -EBUSY;
 	rec = take(s);
@@ -257,8 +260,8 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 
 	if (!s || !ev)
 		return -EINVAL;
-	if (timeout_ms == 0)
-		return fanout_poll(s, ev);
+	if (timeout_ms == 0 || fanout__inherited(s->fork_gen))
+		return fanout_poll(s, ev); /* which refuses an inherited s */
 	if (!enter(s))
 		return -EBUSY;
 	rec = take(s); /* the common case under load: no clock read at all */
@@ -339,6 +342,10 @@ int fanout_sink_fd(struct fanout_sink *s)
 {
 	if (!s)
 		return -EINVAL;
+	/* The eventfd is shared with the parent: reading it here would steal
+	 * the parent's wakeups. */
+	if (fanout__inherited(s->fork_gen))
+		return -EOWNERDEAD;
 	/* relaxed: only a shortcut; the seq_cst store below is the real
 	 * publication, and storing true twice is harmless. */
 	if (!atomic_load_explicit(&s->fd_used, memory_order_relaxed)) {
@@ -367,6 +374,8 @@ int fanout_sink_create(struct fanout_engine *e, struct fanout_sink **out)
 {
 	if (!e || !out)
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
 	/* acquire: pairs with the seq_cst exchange in fanout_shutdown(); a
 	 * sink created concurrently with shutdown is harmless either way. */
 	if (atomic_load_explicit(&e->shutting, memory_order_acquire))
@@ -422,6 +431,8 @@ int fanout_sink_destroy(struct fanout_sink *s)
 
 	if (!s || s->is_default)
 		return -EINVAL;
+	if (fanout__inherited(s->fork_gen))
+		return -EOWNERDEAD; /* fanout_destroy() frees it */
 	/* relaxed: the dispatches and takes that changed it happen before
 	 * this call (see "Destroy" above); only publishers run alongside, and
 	 * they do not touch it. */

@@ -614,6 +614,13 @@ void fq_free(struct fq *q)
 	if (!q)
 		return;
 	fq_stop(q);
+	fq_free_forked(q);
+}
+
+void fq_free_forked(struct fq *q)
+{
+	if (!q)
+		return;
 	fanout__free(q->workers, sizeof(*q->workers) * q->nworkers);
 	fanout__free(q->buf, sizeof(*q->buf) * (q->capacity + 1));
 	fanout__free(q, sizeof(*q));
