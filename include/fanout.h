@@ -80,9 +80,36 @@ extern "C" {
 #define FANOUT_API
 #endif
 
+/*
+ * The version of this header.  The Makefile reads these three lines (the
+ * one place the version is written); the library built from them reports
+ * the same through fanout_version().
+ *
+ * FANOUT_VERSION_NUMBER is MAJOR * 10000 + MINOR * 100 + PATCH, for
+ * preprocessor tests: #if FANOUT_VERSION_NUMBER >= 200 (0.2.0 or later).
+ * FANOUT_VERSION_STRING is "MAJOR.MINOR.PATCH".
+ */
 #define FANOUT_VERSION_MAJOR 0
-#define FANOUT_VERSION_MINOR 1
+#define FANOUT_VERSION_MINOR 2
 #define FANOUT_VERSION_PATCH 0
+#define FANOUT_VERSION_NUMBER                                                  \
+	(FANOUT_VERSION_MAJOR * 10000 + FANOUT_VERSION_MINOR * 100 +           \
+	 FANOUT_VERSION_PATCH)
+#define FANOUT__VSTR(a, b, c) #a "." #b "." #c
+#define FANOUT__VXSTR(a, b, c) FANOUT__VSTR(a, b, c)
+#define FANOUT_VERSION_STRING                                                  \
+	FANOUT__VXSTR(FANOUT_VERSION_MAJOR, FANOUT_VERSION_MINOR,              \
+		      FANOUT_VERSION_PATCH)
+
+/**
+ * fanout_version() - the version of the library linked at run time.
+ *
+ * "MAJOR.MINOR.PATCH", e.g. "0.2.0"; static storage, never NULL.  With the
+ * shared library it may differ from FANOUT_VERSION_STRING, the header the
+ * program was compiled against: compare the two to detect a mismatch.
+ * Context: any thread, no engine needed; never blocks.
+ */
+FANOUT_API const char *fanout_version(void);
 
 /**
  * typedef fanout_id - names one delegation; never 0.
