@@ -364,8 +364,10 @@ struct fanout_worker_stats {
  * @parks, @wakeups: sums over workers.
  * @running:      delegations not yet finished, now.
  * @async_running: background ones among them (compare with max_async).
- * @nworkers:     worker threads; @worker holds the first
- *                FANOUT_STATS_MAX_WORKERS of them.
+ * @nworkers:     worker threads.
+ * @worker:       the first FANOUT_STATS_MAX_WORKERS (64) workers only, kept
+ *                for compatibility; entries from @nworkers on are zero.
+ *                fanout_worker_stats() reads any worker, however many.
  */
 struct fanout_stats {
 	uint64_t dispatched;
@@ -546,6 +548,22 @@ FANOUT_API int fanout_list(struct fanout_engine *e, struct fanout_info *infos,
  * Return: 0; -EINVAL for NULL.
  */
 FANOUT_API int fanout_stats(struct fanout_engine *e, struct fanout_stats *st);
+
+/**
+ * fanout_worker_stats() - the counters of one worker thread.
+ * @e:   engine.
+ * @i:   worker index, 0 <= i < fanout_stats().nworkers (= the configured
+ *       workers); worker i is the thread named "fanout-w<i>".
+ * @out: receives its counters.
+ *
+ * Unlike fanout_stats().worker[], which holds the first 64 workers only,
+ * this reaches every worker.  Each counter is read on its own, as in
+ * fanout_stats().  Context: never blocks.
+ * Return: 0; -EINVAL (NULL @e or @out); -ERANGE (@i >= the number of
+ * workers; *out untouched).
+ */
+FANOUT_API int fanout_worker_stats(struct fanout_engine *e, unsigned i,
+				   struct fanout_worker_stats *out);
 
 /* ---------------------------------------------------------- inside a child */
 

@@ -76,6 +76,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -533,6 +534,17 @@ static int start_thread(struct fq_worker *wk)
 	return err;
 }
 
+/* "fanout-w<index>" in top, ps -L, perf and gdb.  Set by the creator, so
+ * the name is there when fq_create() returns; a failure (the name is only
+ * cosmetic) is ignored. */
+static void name_thread(struct fq_worker *wk)
+{
+	char name[16]; /* the kernel's limit, NUL included */
+
+	snprintf(name, sizeof(name), "fanout-w%u", wk->index);
+	(void)pthread_setname_np(wk->thread, name);
+}
+
 int fq_create(const struct fq_params *p, struct fq **out)
 {
 	struct fq *q;
@@ -580,6 +592,7 @@ int fq_create(const struct fq_params *p, struct fq **out)
 			goto out_stop;
 		}
 		q->workers[i].started = true;
+		name_thread(&q->workers[i]);
 	}
 	*out = q;
 	return 0;
