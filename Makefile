@@ -108,6 +108,7 @@ include bench/bench.mk
 EXTRA_TESTS :=
 -include tests/models/models.mk
 -include tests/extra.mk
+-include examples/examples.mk
 
 # --------------------------------------------------------------------- test
 test: deps

@@ -674,12 +674,21 @@ FANOUT_API int fanout_wait(struct fanout_sink *s, struct fanout_event **ev,
 			   int timeout_ms);
 
 /**
- * fanout_sink_fd() - an eventfd that is readable while events wait.
+ * fanout_sink_fd() - an eventfd, written only when the sink goes from empty
+ * to non-empty: on EVERY wakeup, call fanout_poll() until it returns -EAGAIN.
  *
- * For epoll/poll loops: when it turns readable, call fanout_poll() until
- * -EAGAIN; the fd may stay readable until a fanout_poll() (or a timed-out
- * fanout_wait()) finds the sink empty (a spurious wakeup), but it is never
- * unreadable while an event waits and no poll is in progress.  Do not read() it yourself.  Owned by the sink.
+ * "Empty" is what the consumer last saw: a fanout_poll() (or a fanout_wait()
+ * that timed out) that found no event clears the fd; the next event
+ * published writes it once, and later events do not write it again until a
+ * poll has found the sink empty again.  So with EPOLLET, a loop that stops
+ * polling before -EAGAIN gets no new edge and may wait forever on events
+ * already queued (level-triggered poll/epoll just reports it readable
+ * again).  The fd may be readable while the sink is empty (after the last
+ * event was taken: the next poll returns -EAGAIN and clears it), but it is
+ * never unreadable while an event waits and no poll is in progress.  The
+ * fd is kept up from the first fanout_sink_fd() call on (readable at once
+ * if events already wait).  Do not read() it yourself.  Owned by the sink.
+ * See examples/epoll_server.c.
  * Return: the fd; -EINVAL for NULL.
  */
 FANOUT_API int fanout_sink_fd(struct fanout_sink *s);
