@@ -44,7 +44,7 @@ VARIANTS  := plain asan tsan
 # Per-test timeout (seconds) so a hang fails instead of eating CI's time.
 TEST_TIMEOUT ?= 300
 
-.PHONY: all run test deps clean install uninstall check-install bench \
+.PHONY: all run test deps clean install uninstall check-install check-probes bench \
 	$(addprefix test-,$(VARIANTS)) $(addprefix lib-,$(VARIANTS))
 
 all: build/plain/libfanout.a build/plain/libfanout.so build/plain/dist/libfanout.a
@@ -114,6 +114,7 @@ EXTRA_TESTS :=
 test: deps
 	$(MAKE) --no-print-directory test-plain
 	$(MAKE) --no-print-directory check-install
+	$(MAKE) --no-print-directory check-probes
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-tsan
 	$(if $(strip $(EXTRA_TESTS)),$(MAKE) --no-print-directory $(EXTRA_TESTS))
@@ -126,6 +127,10 @@ test: deps
 # -lfanout and through pkg-config --libs.
 check-install: all
 	@sh scripts/check-install.sh
+
+# The USDT probes of lib/probes.h are in the .a and .so, and fire (gdb).
+check-probes: all
+	@sh tests/check-probes.sh
 
 # ------------------------------------------------------------------ install
 # libdir and includedir are written relative to ${prefix} when they lie

@@ -31,6 +31,7 @@
 #include "../queue/alloc.h"
 #include "../queue/annotate.h"
 #include "../queue/fq.h"
+#include "probes.h"
 
 #define CACHELINE FQ_CACHELINE
 

@@ -84,6 +84,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "../lib/probes.h"
 
 struct fq_worker {
 	struct fq *q;		  /* I */
@@ -425,6 +426,7 @@ static void *worker_main(void *arg)
 	struct fq_worker *self = arg;
 	struct fq *q = self->q;
 	struct fq_work *w;
+	uint64_t slept;
 
 	tls_self = self;
 	for (;;) {
@@ -484,9 +486,15 @@ static void *worker_main(void *arg)
 			break;
 		}
 		bump(&self->parks);
+		FANOUT_PROBE_WORKER_PARK(self->index, self->cpu);
+		/* The clock only while a tracer watches worker__wake. */
+		slept = FANOUT_PROBE_WORKER_WAKE_ENABLED() ? fq_now_ns() : 0;
 		fq_ec_wait(&q->idle, v, 0);
 		fq_ec_done(&q->idle);
 		bump(&self->wakeups);
+		if (FANOUT_PROBE_WORKER_WAKE_ENABLED())
+			FANOUT_PROBE_WORKER_WAKE(
+				self->index, slept ? fq_now_ns() - slept : 0);
 	}
 	tls_self = NULL;
 	return NULL;
