@@ -104,18 +104,26 @@ FANOUT_PROBE_LIST(FANOUT__SEMAPHORE_DECLARE)
 
 #else /* no probes */
 
+/* Nothing is evaluated; the arguments still count as used. */
+#define FANOUT__NO1(a) ((void)sizeof(a))
+#define FANOUT__NO2(a, b) (FANOUT__NO1(a), FANOUT__NO1(b))
+#define FANOUT__NO3(a, b, c) (FANOUT__NO2(a, b), FANOUT__NO1(c))
+#define FANOUT__NO4(a, b, c, d) (FANOUT__NO3(a, b, c), FANOUT__NO1(d))
+#define FANOUT__NO5(a, b, c, d, e) (FANOUT__NO4(a, b, c, d), FANOUT__NO1(e))
 #define FANOUT__ENABLED(name) 0
-#define FANOUT_PROBE_BATCH_SUBMIT(id, ntasks, depth) ((void)0)
-#define FANOUT_PROBE_CHILD_START(id, index, cpu) ((void)0)
-#define FANOUT_PROBE_CHILD_DONE(id, index, status, duration_ns) ((void)0)
+#define FANOUT_PROBE_BATCH_SUBMIT(id, ntasks, depth)                           \
+	FANOUT__NO3(id, ntasks, depth)
+#define FANOUT_PROBE_CHILD_START(id, index, cpu) FANOUT__NO3(id, index, cpu)
+#define FANOUT_PROBE_CHILD_DONE(id, index, status, duration_ns)                \
+	FANOUT__NO4(id, index, status, duration_ns)
 #define FANOUT_PROBE_BATCH_DONE(id, status, ncompleted, nerror, ninterrupted)  \
-	((void)0)
-#define FANOUT_PROBE_CANCEL(id, how) ((void)0)
-#define FANOUT_PROBE_DEFER(id, index) ((void)0)
-#define FANOUT_PROBE_COMPLETE(id, index, code) ((void)0)
-#define FANOUT_PROBE_REJECT(err) ((void)0)
-#define FANOUT_PROBE_WORKER_PARK(worker, cpu) ((void)0)
-#define FANOUT_PROBE_WORKER_WAKE(worker, slept_ns) ((void)0)
+	FANOUT__NO5(id, status, ncompleted, nerror, ninterrupted)
+#define FANOUT_PROBE_CANCEL(id, how) FANOUT__NO2(id, how)
+#define FANOUT_PROBE_DEFER(id, index) FANOUT__NO2(id, index)
+#define FANOUT_PROBE_COMPLETE(id, index, code) FANOUT__NO3(id, index, code)
+#define FANOUT_PROBE_REJECT(err) FANOUT__NO1(err)
+#define FANOUT_PROBE_WORKER_PARK(worker, cpu) FANOUT__NO2(worker, cpu)
+#define FANOUT_PROBE_WORKER_WAKE(worker, slept_ns) FANOUT__NO2(worker, slept_ns)
 
 #endif
 
