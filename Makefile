@@ -118,7 +118,7 @@ test: deps
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-tsan
 	$(if $(strip $(EXTRA_TESTS)),$(MAKE) --no-print-directory $(EXTRA_TESTS))
-	@echo "make test: all suites passed (plain, asan+ubsan, tsan, install, torture)"
+	@echo "make test: all suites passed (plain, asan+ubsan, tsan, install, probes, torture, examples)"
 	@cat $(addsuffix /test-counts,$(addprefix build/,$(VARIANTS))) | \
 		awk '{p += $$1; f += $$2} END {printf "tests: %d passed, %d failed\n", p, f}'
 
@@ -136,7 +136,9 @@ check-probes: all
 # libdir and includedir are written relative to ${prefix} when they lie
 # under it, so the .pc file follows a relocated prefix.
 pc_rel = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
-fanout.pc: fanout.pc.in Makefile include/fanout.h
+# Written at every install: it holds PREFIX, which may differ per call.
+.PHONY: FORCE
+fanout.pc: fanout.pc.in FORCE
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(call pc_rel,$(LIBDIR))|' \
 	    -e 's|@INCLUDEDIR@|$(call pc_rel,$(INCLUDEDIR))|' \
 	    -e 's|@VERSION@|$(VERSION)|' $< > $@

@@ -35,6 +35,11 @@ esac
 	fail "libfanout.so does not point at $so"
 readelf -d "$lib/$so" | grep -q 'SONAME.*\[libfanout\.so\.0\]' ||
 	fail "$so has no soname libfanout.so.0"
+# The version in the file name is the one fanout.h declares.
+v=$(for p in MAJOR MINOR PATCH; do
+	sed -n "s/^#define FANOUT_VERSION_$p *//p" include/fanout.h
+done | paste -sd.)
+[ "$so" = "libfanout.so.$v" ] || fail "$so installed, fanout.h says $v"
 
 # Exactly the public API is exported, from the .so and from the archive.
 sh scripts/public-symbols.sh include/fanout.h > "$tmp/api"
