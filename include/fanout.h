@@ -152,9 +152,36 @@ extern "C" {
 #define FANOUT_API
 #endif
 
+/*
+ * The version of this header.  The Makefile reads these three lines (the
+ * one place the version is written); the library built from them reports
+ * the same through fanout_version().
+ *
+ * FANOUT_VERSION_NUMBER is MAJOR * 10000 + MINOR * 100 + PATCH, for
+ * preprocessor tests: #if FANOUT_VERSION_NUMBER >= 200 (0.2.0 or later).
+ * FANOUT_VERSION_STRING is "MAJOR.MINOR.PATCH".
+ */
 #define FANOUT_VERSION_MAJOR 0
-#define FANOUT_VERSION_MINOR 1
+#define FANOUT_VERSION_MINOR 2
 #define FANOUT_VERSION_PATCH 0
+#define FANOUT_VERSION_NUMBER                                                  \
+	(FANOUT_VERSION_MAJOR * 10000 + FANOUT_VERSION_MINOR * 100 +           \
+	 FANOUT_VERSION_PATCH)
+#define FANOUT__VSTR(a, b, c) #a "." #b "." #c
+#define FANOUT__VXSTR(a, b, c) FANOUT__VSTR(a, b, c)
+#define FANOUT_VERSION_STRING                                                  \
+	FANOUT__VXSTR(FANOUT_VERSION_MAJOR, FANOUT_VERSION_MINOR,              \
+		      FANOUT_VERSION_PATCH)
+
+/**
+ * fanout_version() - the version of the library linked at run time.
+ *
+ * "MAJOR.MINOR.PATCH", e.g. "0.2.0"; static storage, never NULL.  With the
+ * shared library it may differ from FANOUT_VERSION_STRING, the header the
+ * program was compiled against: compare the two to detect a mismatch.
+ * Context: any thread, no engine needed; never blocks.
+ */
+FANOUT_API const char *fanout_version(void);
 
 /**
  * typedef fanout_id - names one delegation; never 0.
@@ -490,8 +517,10 @@ struct fanout_worker_stats {
  * @parks, @wakeups: sums over workers.
  * @running:      delegations not yet finished, now.
  * @async_running: background ones among them (compare with max_async).
- * @nworkers:     worker threads; @worker holds the first
- *                FANOUT_STATS_MAX_WORKERS of them.
+ * @nworkers:     worker threads.
+ * @worker:       the first FANOUT_STATS_MAX_WORKERS (64) workers only, kept
+ *                for compatibility; entries from @nworkers on are zero.
+ *                fanout_worker_stats() reads any worker, however many.
  */
 struct fanout_stats {
 	uint64_t dispatched;
@@ -741,6 +770,22 @@ FANOUT_API int fanout_list(struct fanout_engine *e, struct fanout_info *infos,
  */
 FANOUT_API int fanout_stats(struct fanout_engine *e, struct fanout_stats *st);
 
+/**
+ * fanout_worker_stats() - the counters of one worker thread.
+ * @e:   engine.
+ * @i:   worker index, 0 <= i < fanout_stats().nworkers (= the configured
+ *       workers); worker i is the thread named "fanout-w<i>".
+ * @out: receives its counters.
+ *
+ * Unlike fanout_stats().worker[], which holds the first 64 workers only,
+ * this reaches every worker.  Each counter is read on its own, as in
+ * fanout_stats().  Context: never blocks.
+ * Return: 0; -EINVAL (NULL @e or @out); -ERANGE (@i >= the number of
+ * workers; *out untouched).
+ */
+FANOUT_API int fanout_worker_stats(struct fanout_engine *e, unsigned i,
+				   struct fanout_worker_stats *out);
+
 /* ---------------------------------------------------------- inside a child */
 
 /**
@@ -988,12 +1033,21 @@ FANOUT_API int fanout_wait(struct fanout_sink *s, struct fanout_event **ev,
 			   int timeout_ms);
 
 /**
- * fanout_sink_fd() - an eventfd that is readable while events wait.
+ * fanout_sink_fd() - an eventfd, written only when the sink goes from empty
+ * to non-empty: on EVERY wakeup, call fanout_poll() until it returns -EAGAIN.
  *
- * For epoll/poll loops: when it turns readable, call fanout_poll() until
- * -EAGAIN; the fd may stay readable until a fanout_poll() (or a timed-out
- * fanout_wait()) finds the sink empty (a spurious wakeup), but it is never
- * unreadable while an event waits and no poll is in progress.  Do not read() it yourself.  Owned by the sink.
+ * "Empty" is what the consumer last saw: a fanout_poll() (or a fanout_wait()
+ * that timed out) that found no event clears the fd; the next event
+ * published writes it once, and later events do not write it again until a
+ * poll has found the sink empty again.  So with EPOLLET, a loop that stops
+ * polling before -EAGAIN gets no new edge and may wait forever on events
+ * already queued (level-triggered poll/epoll just reports it readable
+ * again).  The fd may be readable while the sink is empty (after the last
+ * event was taken: the next poll returns -EAGAIN and clears it), but it is
+ * never unreadable while an event waits and no poll is in progress.  The
+ * fd is kept up from the first fanout_sink_fd() call on (readable at once
+ * if events already wait).  Do not read() it yourself.  Owned by the sink.
+ * See examples/epoll_server.c.
  * Return: the fd; -EINVAL for NULL; -EOWNERDEAD for a sink created before
  * a fork() (the eventfd is shared with the parent: reading it in the
  * child would take the parent's wakeups).

@@ -34,6 +34,7 @@ static int reject(struct fanout_engine *e, int err)
 {
 	/* relaxed: a statistic */
 	atomic_fetch_add_explicit(&e->st_rejected, 1, memory_order_relaxed);
+	FANOUT_PROBE_REJECT(err);
 	return err;
 }
 

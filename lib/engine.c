@@ -310,6 +310,31 @@ void fanout_destroy(struct fanout_engine *e)
 	fanout__free(e, sizeof(*e));
 }
 
+/* Worker @i's counters (i < cfg.workers); relaxed loads, see fanout_stats. */
+static void worker_stats(struct fanout_engine *e, unsigned i,
+			 struct fanout_worker_stats *out)
+{
+	struct fq_worker_stats ws;
+
+	fq_worker_stats(e->q, i, &ws);
+	out->children_run = atomic_load_explicit(&e->st_worker_children[i],
+						 memory_order_relaxed);
+	out->parks = ws.parks;
+	out->wakeups = ws.wakeups;
+	out->cpu = ws.cpu;
+}
+
+int fanout_worker_stats(struct fanout_engine *e, unsigned i,
+			struct fanout_worker_stats *out)
+{
+	if (!e || !out)
+		return -EINVAL;
+	if (i >= e->cfg.workers)
+		return -ERANGE;
+	worker_stats(e, i, out);
+	return 0;
+}
+
 int fanout_stats(struct fanout_engine *e, struct fanout_stats *st)
 {
 	unsigned i;
@@ -339,20 +364,14 @@ int fanout_stats(struct fanout_engine *e, struct fanout_stats *st)
 		atomic_load_explicit(&e->async_running, memory_order_relaxed);
 	st->nworkers = e->cfg.workers;
 	for (i = 0; i < e->cfg.workers; i++) {
-		struct fq_worker_stats ws;
-		uint64_t ch = atomic_load_explicit(&e->st_worker_children[i],
-						   memory_order_relaxed);
+		struct fanout_worker_stats ws;
 
-		fq_worker_stats(e->q, i, &ws);
-		st->children_run += ch;
+		worker_stats(e, i, &ws);
+		st->children_run += ws.children_run;
 		st->parks += ws.parks;
 		st->wakeups += ws.wakeups;
-		if (i < FANOUT_STATS_MAX_WORKERS) {
-			st->worker[i].children_run = ch;
-			st->worker[i].parks = ws.parks;
-			st->worker[i].wakeups = ws.wakeups;
-			st->worker[i].cpu = ws.cpu;
-		}
+		if (i < FANOUT_STATS_MAX_WORKERS)
+			st->worker[i] = ws;
 	}
 	{
 		uint64_t d = st->dispatched + st->runs, c = st->completed;

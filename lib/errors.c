@@ -48,6 +48,8 @@
 		  "some or raise RLIMIT_NOFILE")                               \
 	X(ENFILE, "the system is out of file descriptors for the sink's "      \
 		  "eventfd; retry later")                                      \
+	X(ERANGE, "no such worker: the index must be below the engine's "      \
+		  "worker count (fanout_stats().nworkers)")                    \
 	X(ECANCELED,                                                           \
 	  "interrupted: the delegation was cancelled or the engine "           \
 	  "shut down")                                                         \

@@ -32,6 +32,7 @@
 #include "../queue/alloc.h"
 #include "../queue/annotate.h"
 #include "../queue/fq.h"
+#include "probes.h"
 
 #define CACHELINE FQ_CACHELINE
 

@@ -329,6 +329,30 @@ static void E17_stats_null(void **state)
 	fanout_destroy(e);
 }
 
+static void E20_worker_stats_null(void **state)
+{
+	struct fanout_engine *e = eng1();
+	struct fanout_worker_stats ws;
+
+	assert_int_equal(fanout_worker_stats(NULL, 0, &ws), -EINVAL);
+	assert_int_equal(fanout_worker_stats(e, 0, NULL), -EINVAL);
+	fanout_destroy(e);
+}
+
+static void E21_worker_stats_out_of_range(void **state)
+{
+	struct fanout_engine *e = eng1();
+	struct fanout_worker_stats ws, before;
+
+	memset(&ws, 0x5a, sizeof(ws));
+	before = ws;
+	assert_int_equal(fanout_worker_stats(e, 1, &ws), -ERANGE);
+	assert_int_equal(fanout_worker_stats(e, UINT_MAX, &ws), -ERANGE);
+	assert_memory_equal(&ws, &before, sizeof(ws));
+	assert_int_equal(fanout_worker_stats(e, 0, &ws), 0);
+	fanout_destroy(e);
+}
+
 static int shutdown_other_child(struct fanout_child *c, void *arg)
 {
 	struct selfcall *sc = arg;
@@ -1646,6 +1670,8 @@ int main(void)
 		R(E17_stats_null),
 		R(E18_shutdown_other_engine_from_child),
 		R(E19_create_max_pending_too_big),
+		R(E20_worker_stats_null),
+		R(E21_worker_stats_out_of_range),
 		R(D01_null_engine),
 		R(D02_null_batch),
 		R(D03_null_tasks),
