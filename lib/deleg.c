@@ -255,6 +255,7 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	fanout__read_unlock();
 	if (rec->deadline)
 		fanout__timer_add(e, rec);
+	FANOUT_PROBE_BATCH_SUBMIT(id, b->ntasks, depth);
 	fq_submit(e->q, &rec->work, got); /* rec may be gone after this */
 	recheck(e, id, &o);
 	origin_put(&o);
@@ -320,6 +321,7 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	if (rec->deadline)
 		fanout__timer_add(e, rec);
 	recheck(e, rec->id, &o);
+	FANOUT_PROBE_BATCH_SUBMIT(rec->id, b->ntasks, depth);
 	fq_help_wait(e->q, &rec->work, extra, &rec->done_word);
 	origin_put(&o);
 	fanout__active_put(e, 1);

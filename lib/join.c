@@ -54,6 +54,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 
 static FQ_TLS struct fanout_child *tls_child;
@@ -169,6 +170,7 @@ static void finalise(struct record *rec)
 		ev->status = FANOUT_ERROR;
 		ev->error = "no child completed";
 	}
+	FANOUT_PROBE_BATCH_DONE(rec->id, ev->status, nc, ne, ni);
 	/* relaxed: finish_seq needs only the RMW's total order (it is read by
 	 * other finalisers through the kept[] CAS, acq_rel).  release on
 	 * st_completed: pairs with the acquire load in fanout_stats(), which
@@ -339,6 +341,8 @@ static bool run_child(struct record *rec, unsigned i, uint64_t *clock,
 	/* owned[i] is 0 from rec_alloc; it is written only when a string is
 	 * set, so neighbouring runners do not bounce its line. */
 	tls_child = &c;
+	if (FANOUT_PROBE_CHILD_START_ENABLED()) /* sched_getcpu: traced only */
+		FANOUT_PROBE_CHILD_START(rec->id, i, sched_getcpu());
 	rc = t->fn(&c, t->arg);
 	tls_child = prev;
 	t1 = fq_cycles();
@@ -349,6 +353,7 @@ static bool run_child(struct record *rec, unsigned i, uint64_t *clock,
 		fanout__give_place(rec);
 	r->duration_ns = fq_cycles_to_ns(t1 - c.t0);
 	st = fanout__set_outcome(rec, i, r, rc);
+	FANOUT_PROBE_CHILD_DONE(rec->id, i, st, r->duration_ns);
 	fanout__cost_add(rec, r->cost);
 	if (rec->join != FANOUT_JOIN_ALL)
 		fanout__after_child(rec, st);
@@ -710,6 +715,7 @@ int fanout__cancel_rec(struct record *rec, unsigned how)
 				       memory_order_seq_cst);
 	if (old & CANCEL_FINAL)
 		return -EALREADY; /* the finaliser already read the bits */
+	FANOUT_PROBE_CANCEL(rec->id, bits);
 	if (!(old & CANCEL_BY_CALLER) &&
 	    (bits & CANCEL_BY_CALLER)) /* relaxed: a statistic */
 		atomic_fetch_add_explicit(&rec->e->st_cancelled, 1,

@@ -95,7 +95,8 @@ void fanout__tree_cancel(struct record *rec, unsigned how)
 	fanout__read_lock();
 	/* Not cds_list_for_each_entry_rcu: its container_of on the list head
 	 * that ends the loop is undefined behaviour (UBSan flags it). */
-	cds_list_for_each_rcu(pos, &engines) {
+	cds_list_for_each_rcu(pos, &engines)
+	{
 		e = caa_container_of(pos, struct fanout_engine, engines_node);
 		fanout__table_for_each(e, cancel_kid, &k);
 	}
