@@ -404,6 +404,17 @@ static inline uint64_t fanout__double_to_bits(double d)
 	return v.u;
 }
 
+/*
+ * Bump a statistic of fanout_stats().  relaxed: counters only; nothing is
+ * read through them, each is exact once the engine is quiet, and the one
+ * ordering stats promise (completed <= dispatched + runs) comes from the
+ * release increment of st_completed in finalise (join.c).
+ */
+static inline void fanout__stat_add(_Atomic uint64_t *counter, uint64_t n)
+{
+	atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
+}
+
 /* Add a finished child's cost to the record's running sum (lookup). */
 static inline void fanout__cost_add(struct record *rec, double x)
 {
