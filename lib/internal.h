@@ -156,9 +156,10 @@ struct record {
 	const char *session_key;
 	void *user;
 	fanout_id parent_id; /* I: record whose child started this one, or 0 */
-	uint64_t deadline;   /* I: absolute, fq_now_ns(); 0 = none */
-	unsigned join;	     /* I: FANOUT_JOIN_* */
-	unsigned quorum;     /* I: completed children that end a QUORUM */
+	uint64_t parent_engine; /* I: that record's engine's serial */
+	uint64_t deadline;	/* I: absolute, fq_now_ns(); 0 = none */
+	unsigned join;		/* I: FANOUT_JOIN_* */
+	unsigned quorum;	/* I: completed children that end a QUORUM */
 	struct record *dl_next; /* A: the timer's inbox link (timer.c) */
 	/* A: a child of this record started a delegation (the cancel tree
 	 * scans for it only then; see tree.c). */
@@ -264,6 +265,7 @@ struct fanout_engine {
 
 	/* Every engine, for the cancel tree (tree.c). */
 	struct cds_list_head engines_node;
+	uint64_t serial; /* I: unique per process, never reused (tree.c) */
 
 	/* Large record blocks kept for reuse (alloc.c): taken by dispatch,
 	 * given back by the call_rcu callbacks that free records. */
