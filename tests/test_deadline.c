@@ -1,0 +1,525 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_deadline.c - fanout_batch.deadline_ns: what a passed deadline
+ * reports, that it never fires twice or after the end, many live ones,
+ * fanout_run, bad values.  Deadlines are short (10-200 ms); nothing here
+ * asserts how late a deadline fires, only what it does.
+ */
+#include "defer.h"
+
+#define MS (1000000ull)
+
+static struct fanout_engine *eng2(void)
+{
+	return NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+}
+
+static void assert_timed_out_result(const struct fanout_result *r)
+{
+	assert_int_equal(r->status, FANOUT_INTERRUPTED);
+	assert_int_equal(r->code, -ETIMEDOUT);
+	assert_non_null(r->error);
+}
+
+/* Synchronous children blocked until interrupted, some never started. */
+static void deadline_sync_children_blocked(void **state)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .max_children = 1,
+					     .flags = FANOUT_NO_PIN);
+	atomic_int started = 0;
+	struct fanout_task t[3];
+	struct fanout_info info;
+
+	for (int i = 0; i < 3; i++)
+		t[i] = (struct fanout_task){"spin", spin_fn, &started};
+	struct fanout_batch b = {.tasks = t, .ntasks = 3,
+				 .deadline_ns = 50 * MS};
+	fanout_id id = must_dispatch_b(e, &b);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	check_shape(ev, 3);
+	assert_true(ev->timed_out);
+	assert_false(ev->interrupted_by_policy);
+	assert_int_equal(ev->status, FANOUT_INTERRUPTED);
+	assert_non_null(ev->error);
+	unsigned zero = 0;
+	for (unsigned i = 0; i < 3; i++) {
+		assert_timed_out_result(&ev->results[i]);
+		zero += ev->results[i].duration_ns == 0;
+	}
+	/* max_children 1: one ran (and saw the interrupt), two never did
+	 * (none, if the host was so slow that the deadline came first) */
+	assert_true(atomic_load(&started) <= 1);
+	assert_int_equal(zero, 3 - (unsigned)atomic_load(&started));
+	assert_int_equal(fanout_lookup(e, id, &info), 0);
+	assert_int_equal(info.status, FANOUT_INTERRUPTED);
+	assert_int_equal(info.ndone, 3);
+	fanout_event_free(ev);
+	assert_no_event(fanout_default_sink(e));
+	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT),
+			 -EALREADY);
+	fanout_destroy(e);
+	assert_true(atomic_load(&started) <= 1);
+}
+
+/* Pending children the test never completes before the event. */
+static void deadline_pending_never_completed(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(3);
+	struct cbrec r = {0};
+	struct fanout_info info;
+
+	mb->d[0].on_cancel = cb_fn;
+	mb->d[0].on_cancel_arg = &r;
+	mb->b.deadline_ns = 20 * MS;
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	check_shape(ev, 3);
+	assert_true(ev->timed_out);
+	assert_int_equal(ev->status, FANOUT_INTERRUPTED);
+	for (unsigned i = 0; i < 3; i++)
+		assert_timed_out_result(&ev->results[i]);
+	/* the deadline interrupts: on_cancel ran once, not on this thread */
+	assert_int_equal(atomic_load(&r.calls), 1);
+	assert_false(pthread_equal(r.thread, pthread_self()));
+	assert_int_equal(fanout_lookup(e, id, &info), 0);
+	assert_int_equal(info.npending, 0);
+	assert_int_equal(info.ndone, 3);
+	for (unsigned i = 0; i < 3; i++) {
+		struct fanout_pending *p = dc_wait(&mb->d[i]);
+
+		assert_non_null(p);
+		assert_true(fanout_pending_interrupted(p));
+		assert_int_equal(fanout_complete(p, &mb->d[i].o), -EALREADY);
+	}
+	fanout_event_free(ev);
+	assert_no_event(fanout_default_sink(e));
+	assert_int_equal(atomic_load(&r.calls), 1);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/*
+ * Children that finished before the deadline keep their outcome.  On a
+ * slow host the deadline may win a race; every branch is checked for
+ * consistency with what the calls returned.
+ */
+static void deadline_mixed_outcomes(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(3);
+
+	mb->d[0].inline_complete = true;
+	mb->d[0].o = (struct fanout_outcome){.summary = "quick",
+					     .summary_len = 5};
+	mb->d[2].o.code = -EIO;
+	mb->b.deadline_ns = 200 * MS;
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	int rc2 = dc_complete(&mb->d[2]);
+	assert_true(rc2 == 0 || rc2 == -EALREADY);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	check_shape(ev, 3);
+	assert_true(ev->timed_out);
+	/* child 0: completed inside fn, unless the deadline came first */
+	if (atomic_load(&mb->d[0].runs) &&
+	    wait_flag(&mb->d[0].deferred, WAIT_MS) &&
+	    mb->d[0].inline_rc == 0) {
+		assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+		assert_string_equal(ev->results[0].summary, "quick");
+	} else {
+		assert_timed_out_result(&ev->results[0]);
+	}
+	/* child 1: never completed */
+	assert_timed_out_result(&ev->results[1]);
+	if (rc2 == 0) {
+		assert_int_equal(ev->results[2].status, FANOUT_ERROR);
+		assert_int_equal(ev->results[2].code, -EIO);
+	} else {
+		assert_timed_out_result(&ev->results[2]);
+	}
+	assert_int_equal(fanout_complete(dc_wait(&mb->d[1]), NULL),
+			 -EALREADY);
+	fanout_event_free(ev);
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/*
+ * A synchronous child that ignores the interrupt and returns 0 after the
+ * deadline passed: "children not finished by then are reported
+ * FANOUT_INTERRUPTED with code -ETIMEDOUT".  The test knows the deadline
+ * has passed because a pending sibling's on_cancel ran.
+ */
+static void cb_open_gate(struct fanout_pending *p, void *arg)
+{
+	atomic_store((atomic_int *)arg, 1);
+}
+
+static void deadline_late_return_reported_timed_out(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(2);
+	atomic_int gate = 0;
+
+	mb_sync(mb, 0)->gate = &gate;
+	mb->d[1].on_cancel = cb_open_gate;
+	mb->d[1].on_cancel_arg = &gate;
+	mb->b.deadline_ns = 100 * MS;
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	assert_true(ev->timed_out);
+	/* ran (and returned 0 once the deadline had passed), or a slow host
+	 * let the deadline skip it: either way not finished by then */
+	assert_true(atomic_load(&mb->pr[0].runs) <= 1);
+	assert_timed_out_result(&ev->results[0]);
+	assert_timed_out_result(&ev->results[1]);
+	assert_int_equal(fanout_complete(dc_wait(&mb->d[1]), NULL),
+			 -EALREADY);
+	fanout_event_free(ev);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/*
+ * A delegation that finished before its deadline: timed_out false, and its
+ * timer firing later changes nothing.  A second delegation with a later
+ * deadline that does pass tells the test the first one's time is over.
+ */
+static void deadline_after_finish_is_harmless(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct tbatch *a = tb_new(4);
+	struct mbatch *b = mb_new(1);
+	struct fanout_info info;
+
+	a->b.deadline_ns = 30 * MS;
+	fanout_id ida = must_dispatch(e, a);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == ida);
+	check_all_completed(ev, a);
+	assert_false(ev->timed_out);
+	fanout_event_free(ev);
+
+	b->b.deadline_ns = 60 * MS;
+	fanout_id idb = must_dispatch_b(e, &b->b);
+	ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == idb);
+	assert_true(ev->timed_out);
+	fanout_event_free(ev);
+
+	assert_int_equal(fanout_lookup(e, ida, &info), 0);
+	assert_int_equal(info.status, FANOUT_COMPLETED);
+	assert_int_equal(info.ndone, 4);
+	assert_false(info.cancelled);
+	assert_no_event(fanout_default_sink(e));
+	assert_int_equal(fanout_complete(dc_wait(&b->d[0]), NULL), -EALREADY);
+	fanout_destroy(e);
+	tb_free(a);
+	mb_free(b);
+}
+
+/* A cancel before the deadline: the deadline later finds it finished. */
+static void deadline_after_cancel_is_harmless(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *a = mb_new(1), *b = mb_new(1);
+
+	a->b.deadline_ns = 30 * MS;
+	fanout_id ida = must_dispatch_b(e, &a->b);
+	struct fanout_pending *p = dc_wait(&a->d[0]);
+	assert_non_null(p);
+	int rc = fanout_cancel(e, ida,
+			       FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON);
+	assert_true(rc == 0 || rc == -EALREADY); /* a slow host: deadline */
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == ida);
+	assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+	if (rc == 0) {
+		assert_true(ev->cancelled);
+		assert_false(ev->timed_out);
+		assert_int_equal(ev->results[0].code, -ECANCELED);
+	} else {
+		assert_true(ev->timed_out);
+		assert_int_equal(ev->results[0].code, -ETIMEDOUT);
+	}
+	fanout_event_free(ev);
+	b->b.deadline_ns = 60 * MS;
+	fanout_id idb = must_dispatch_b(e, &b->b);
+	ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == idb);
+	assert_true(ev->timed_out);
+	fanout_event_free(ev);
+	assert_no_event(fanout_default_sink(e));
+	assert_int_equal(fanout_complete(p, NULL), -EALREADY);
+	assert_int_equal(fanout_complete(dc_wait(&b->d[0]), NULL), -EALREADY);
+	fanout_destroy(e);
+	mb_free(a);
+	mb_free(b);
+}
+
+/*
+ * Racing deadlines against children that finish around them: one event
+ * each, every result either completed or timed out, and no timed-out
+ * result in an event that says it did not time out.
+ */
+struct racer {
+	unsigned us;
+};
+
+static int racer_fn(struct fanout_child *c, void *arg)
+{
+	struct racer *r = arg;
+
+	for (unsigned i = 0; i < r->us / 100; i++) {
+		if (fanout_interrupted(c))
+			return -ECANCELED;
+		sleep_us(100);
+	}
+	return 0;
+}
+
+static void deadline_races_completion(void **state)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .max_async = 512,
+					     .flags = FANOUT_NO_PIN);
+	enum { N = 300 };
+	static struct racer rc[N][2];
+	static struct fanout_task t[N][2];
+	fanout_id ids[N];
+	unsigned timed = 0, clean = 0;
+
+	for (unsigned k = 0; k < N; k++) {
+		for (unsigned i = 0; i < 2; i++) {
+			rc[k][i].us = ((k * 7 + i * 3) % 4) * 400;
+			t[k][i] = (struct fanout_task){"race", racer_fn,
+						       &rc[k][i]};
+		}
+		struct fanout_batch b = {.tasks = t[k], .ntasks = 2,
+					 .deadline_ns = (1 + k % 3) * MS};
+		ids[k] = must_dispatch_b(e, &b);
+	}
+	bool seen[N] = {0};
+	for (unsigned n = 0; n < N; n++) {
+		struct fanout_event *ev = must_wait(fanout_default_sink(e));
+		unsigned k;
+
+		for (k = 0; k < N && ids[k] != ev->id; k++)
+			;
+		assert_true(k < N);
+		assert_false(seen[k]);
+		seen[k] = true;
+		check_shape(ev, 2);
+		for (unsigned i = 0; i < 2; i++) {
+			const struct fanout_result *r = &ev->results[i];
+
+			if (r->status == FANOUT_COMPLETED) {
+				assert_int_equal(r->code, 0);
+			} else {
+				assert_timed_out_result(r);
+				assert_true(ev->timed_out);
+			}
+		}
+		timed += ev->timed_out;
+		clean += !ev->timed_out;
+		fanout_event_free(ev);
+	}
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+	print_message("deadline races: %u timed out, %u finished first\n",
+		      timed, clean);
+}
+
+/* Thousands of live deadlines, staggered: every one fires exactly once. */
+#define LIVE_N 5000
+
+static atomic_int live_cb_calls;
+
+static void live_cb(struct fanout_pending *p, void *arg)
+{
+	atomic_fetch_add(&live_cb_calls, 1);
+	atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+	fanout_id x = *(const fanout_id *)a, y = *(const fanout_id *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void many_live_deadlines(void **state)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .max_async = 8192,
+					     .flags = FANOUT_NO_PIN);
+	struct dchild *d = calloc(LIVE_N, sizeof(*d));
+	struct fanout_task *t = calloc(LIVE_N, sizeof(*t));
+	atomic_int *calls = calloc(LIVE_N, sizeof(*calls));
+	fanout_id *ids = calloc(LIVE_N, sizeof(*ids));
+	fanout_id *got = calloc(LIVE_N, sizeof(*got));
+
+	assert_non_null(d);
+	assert_non_null(t);
+	assert_non_null(calls);
+	assert_non_null(ids);
+	assert_non_null(got);
+	atomic_store(&live_cb_calls, 0);
+	for (unsigned k = 0; k < LIVE_N; k++) {
+		d[k].on_cancel = live_cb;
+		d[k].on_cancel_arg = &calls[k];
+		t[k] = (struct fanout_task){"live", defer_fn, &d[k]};
+		struct fanout_batch b = {
+			.tasks = &t[k],
+			.ntasks = 1,
+			.deadline_ns = (10 + (k * 37) % 191) * MS,
+		};
+		ids[k] = must_dispatch_b(e, &b);
+	}
+	for (unsigned n = 0; n < LIVE_N; n++) {
+		struct fanout_event *ev = must_wait(fanout_default_sink(e));
+
+		got[n] = ev->id;
+		if (!ev->timed_out || ev->nresults != 1 ||
+		    ev->results[0].status != FANOUT_INTERRUPTED ||
+		    ev->results[0].code != -ETIMEDOUT)
+			fail_msg("event %u: timed_out %d status %d code %d", n,
+				 ev->timed_out, ev->results[0].status,
+				 ev->results[0].code);
+		fanout_event_free(ev);
+	}
+	assert_no_event(fanout_default_sink(e));
+	qsort(ids, LIVE_N, sizeof(*ids), cmp_id);
+	qsort(got, LIVE_N, sizeof(*got), cmp_id);
+	for (unsigned k = 0; k < LIVE_N; k++)
+		assert_true(ids[k] == got[k]); /* each id once */
+	assert_int_equal(atomic_load(&live_cb_calls), LIVE_N);
+	for (unsigned k = 0; k < LIVE_N; k++) {
+		assert_int_equal(atomic_load(&calls[k]), 1);
+		assert_int_equal(d[k].on_cancel_rc, 0);
+		struct fanout_pending *p = dc_wait(&d[k]);
+		assert_non_null(p);
+		assert_int_equal(fanout_complete(p, NULL), -EALREADY);
+	}
+	struct fanout_stats st = stats_of(e);
+	assert_int_equal(st.running, 0);
+	assert_int_equal(st.completed, LIVE_N);
+	fanout_destroy(e);
+	assert_int_equal(atomic_load(&live_cb_calls), LIVE_N);
+	free(d);
+	free(t);
+	free(calls);
+	free(ids);
+	free(got);
+}
+
+/* A deadline on fanout_run. */
+static void deadline_on_run(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(4);
+	atomic_int started = 0;
+	struct fanout_event *ev = NULL;
+
+	for (unsigned i = 0; i < 3; i++)
+		mb->tasks[i] = (struct fanout_task){"spin", spin_fn, &started};
+	mb->b.deadline_ns = 30 * MS;
+	assert_int_equal(fanout_run(e, &mb->b, &ev), 0);
+	assert_non_null(ev);
+	check_shape(ev, 4);
+	assert_true(ev->timed_out);
+	assert_int_equal(ev->status, FANOUT_INTERRUPTED);
+	for (unsigned i = 0; i < 4; i++)
+		assert_timed_out_result(&ev->results[i]);
+	fanout_event_free(ev);
+	if (atomic_load(&mb->d[3].runs))
+		assert_int_equal(fanout_complete(dc_wait(&mb->d[3]), NULL),
+				 -EALREADY);
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/* deadline_ns over FANOUT_MAX_DEADLINE_NS: -EINVAL, nothing changes. */
+static void deadline_bad_value(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct tbatch *tb = tb_new(2);
+	struct fanout_event *ev = NULL;
+	fanout_id id = 0;
+	uint64_t bad[] = {FANOUT_MAX_DEADLINE_NS + 1, UINT64_MAX,
+			  FANOUT_MAX_DEADLINE_NS * 2};
+
+	for (unsigned i = 0; i < 3; i++) {
+		tb->b.deadline_ns = bad[i];
+		assert_int_equal(fanout_dispatch(e, &tb->b, &id), -EINVAL);
+		assert_int_equal(fanout_run(e, &tb->b, &ev), -EINVAL);
+		assert_null(ev);
+		assert_int_equal(fanout_delegate(e, &tb->b, &id, &ev),
+				 -EINVAL);
+	}
+	assert_int_equal(tb_runs(tb), 0);
+	struct fanout_stats st = stats_of(e);
+	assert_int_equal(st.dispatched, 0);
+	assert_int_equal(st.runs, 0);
+	assert_int_equal(st.running, 0);
+	size_t n = 9;
+	assert_int_equal(fanout_list(e, NULL, 0, &n), 0);
+	assert_int_equal(n, 0);
+	assert_no_event(fanout_default_sink(e));
+
+	/* the maximum itself is accepted */
+	tb->b.deadline_ns = FANOUT_MAX_DEADLINE_NS;
+	id = must_dispatch(e, tb);
+	ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	check_all_completed(ev, tb);
+	assert_false(ev->timed_out);
+	fanout_event_free(ev);
+	fanout_destroy(e);
+	tb_free(tb);
+}
+
+/* A far deadline does not keep shutdown or destroy waiting. */
+static void far_deadline_destroy(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(1);
+
+	mb->b.deadline_ns = FANOUT_MAX_DEADLINE_NS;
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_pending *p = dc_wait(&mb->d[0]);
+	assert_non_null(p);
+	assert_int_equal(fanout_shutdown(e), 0);
+	struct fanout_event *ev = NULL;
+	assert_int_equal(fanout_poll(fanout_default_sink(e), &ev), 0);
+	assert_true(ev->id == id);
+	assert_false(ev->timed_out);
+	assert_true(ev->cancelled);
+	assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+	fanout_event_free(ev);
+	fanout_destroy(e);
+	assert_int_equal(fanout_complete(p, NULL), -EALREADY);
+	mb_free(mb);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		TC(deadline_sync_children_blocked),
+		TC(deadline_pending_never_completed),
+		TC(deadline_mixed_outcomes),
+		TC(deadline_late_return_reported_timed_out),
+		TC(deadline_after_finish_is_harmless),
+		TC(deadline_after_cancel_is_harmless),
+		TC(deadline_races_completion),
+		TC(many_live_deadlines),
+		TC(deadline_on_run),
+		TC(deadline_bad_value),
+		TC(far_deadline_destroy),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
