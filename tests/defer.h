@@ -32,8 +32,8 @@ struct dchild {
 	int ret;	      /* fn's return after deferring; 0: -EINPROGRESS */
 	struct fanout_outcome o; /* the outcome dc_complete()/inline use */
 	void (*on_cancel)(struct fanout_pending *, void *);
-	void *on_cancel_arg; /* registered from inside fn */
-	struct dq *q;	     /* push this dchild once deferred */
+	void *on_cancel_arg;   /* registered from inside fn */
+	struct dq *q;	       /* push this dchild once deferred */
 	atomic_int *cur, *max; /* pending-at-once meter, entered on defer */
 	atomic_int *started;   /* counts fn entries (may be NULL) */
 	/* observations */
@@ -227,8 +227,8 @@ static inline struct mbatch *mb_new(unsigned n)
 	assert_non_null(mb->goals);
 	for (unsigned i = 0; i < n; i++) {
 		snprintf(mb->goals[i], GOAL_LEN, "job-%u", i);
-		mb->tasks[i] = (struct fanout_task){mb->goals[i], defer_fn,
-						    &mb->d[i]};
+		mb->tasks[i] =
+			(struct fanout_task){mb->goals[i], defer_fn, &mb->d[i]};
 	}
 	mb->b.tasks = mb->tasks;
 	mb->b.ntasks = n;

@@ -32,8 +32,8 @@ static void deadline_sync_children_blocked(void **state)
 
 	for (int i = 0; i < 3; i++)
 		t[i] = (struct fanout_task){"spin", spin_fn, &started};
-	struct fanout_batch b = {.tasks = t, .ntasks = 3,
-				 .deadline_ns = 50 * MS};
+	struct fanout_batch b = {
+		.tasks = t, .ntasks = 3, .deadline_ns = 50 * MS};
 	fanout_id id = must_dispatch_b(e, &b);
 	struct fanout_event *ev = must_wait(fanout_default_sink(e));
 	assert_true(ev->id == id);
@@ -112,8 +112,8 @@ static void deadline_mixed_outcomes(void **state)
 	struct mbatch *mb = mb_new(3);
 
 	mb->d[0].inline_complete = true;
-	mb->d[0].o = (struct fanout_outcome){.summary = "quick",
-					     .summary_len = 5};
+	mb->d[0].o =
+		(struct fanout_outcome){.summary = "quick", .summary_len = 5};
 	mb->d[2].o.code = -EIO;
 	mb->b.deadline_ns = 200 * MS;
 	fanout_id id = must_dispatch_b(e, &mb->b);
@@ -125,8 +125,7 @@ static void deadline_mixed_outcomes(void **state)
 	assert_true(ev->timed_out);
 	/* child 0: completed inside fn, unless the deadline came first */
 	if (atomic_load(&mb->d[0].runs) &&
-	    wait_flag(&mb->d[0].deferred, WAIT_MS) &&
-	    mb->d[0].inline_rc == 0) {
+	    wait_flag(&mb->d[0].deferred, WAIT_MS) && mb->d[0].inline_rc == 0) {
 		assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
 		assert_string_equal(ev->results[0].summary, "quick");
 	} else {
@@ -140,8 +139,7 @@ static void deadline_mixed_outcomes(void **state)
 	} else {
 		assert_timed_out_result(&ev->results[2]);
 	}
-	assert_int_equal(fanout_complete(dc_wait(&mb->d[1]), NULL),
-			 -EALREADY);
+	assert_int_equal(fanout_complete(dc_wait(&mb->d[1]), NULL), -EALREADY);
 	fanout_event_free(ev);
 	assert_no_event(fanout_default_sink(e));
 	fanout_destroy(e);
@@ -178,8 +176,7 @@ static void deadline_late_return_reported_timed_out(void **state)
 	assert_true(atomic_load(&mb->pr[0].runs) <= 1);
 	assert_timed_out_result(&ev->results[0]);
 	assert_timed_out_result(&ev->results[1]);
-	assert_int_equal(fanout_complete(dc_wait(&mb->d[1]), NULL),
-			 -EALREADY);
+	assert_int_equal(fanout_complete(dc_wait(&mb->d[1]), NULL), -EALREADY);
 	fanout_event_free(ev);
 	fanout_destroy(e);
 	mb_free(mb);
@@ -299,7 +296,8 @@ static void deadline_races_completion(void **state)
 			t[k][i] = (struct fanout_task){"race", racer_fn,
 						       &rc[k][i]};
 		}
-		struct fanout_batch b = {.tasks = t[k], .ntasks = 2,
+		struct fanout_batch b = {.tasks = t[k],
+					 .ntasks = 2,
 					 .deadline_ns = (1 + k % 3) * MS};
 		ids[k] = must_dispatch_b(e, &b);
 	}
@@ -458,8 +456,7 @@ static void deadline_bad_value(void **state)
 		assert_int_equal(fanout_dispatch(e, &tb->b, &id), -EINVAL);
 		assert_int_equal(fanout_run(e, &tb->b, &ev), -EINVAL);
 		assert_null(ev);
-		assert_int_equal(fanout_delegate(e, &tb->b, &id, &ev),
-				 -EINVAL);
+		assert_int_equal(fanout_delegate(e, &tb->b, &id, &ev), -EINVAL);
 	}
 	assert_int_equal(tb_runs(tb), 0);
 	struct fanout_stats st = stats_of(e);

@@ -159,8 +159,10 @@ static void defer_complete_from_on_cancel(void **state)
 	struct mbatch *mb = mb_new(1);
 	struct cbrec r = {
 		.complete = true,
-		.o = {.code = -ECANCELED, .summary = "stopped by cb",
-		      .summary_len = 13, .cost = 0.5},
+		.o = {.code = -ECANCELED,
+		      .summary = "stopped by cb",
+		      .summary_len = 13,
+		      .cost = 0.5},
 	};
 
 	mb->d[0].on_cancel = cb_fn;
@@ -203,10 +205,10 @@ static void defer_complete_from_on_cancel_abandon(void **state)
 	mb->d[0].on_cancel_arg = &r;
 	fanout_id id = must_dispatch_b(e, &mb->b);
 	assert_non_null(dc_wait(&mb->d[0]));
-	assert_int_equal(fanout_cancel(e, id,
-				       FANOUT_CANCEL_INTERRUPT |
-					       FANOUT_CANCEL_ABANDON),
-			 0);
+	assert_int_equal(
+		fanout_cancel(e, id,
+			      FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON),
+		0);
 	struct fanout_event *ev = must_wait(fanout_default_sink(e));
 	int calls = atomic_load(&r.calls);
 	assert_true(calls <= 1);
@@ -218,10 +220,9 @@ static void defer_complete_from_on_cancel_abandon(void **state)
 		if (calls == 1)
 			assert_int_equal(r.complete_rc, -EALREADY);
 		else /* the callback never ran: p is still ours to release */
-			assert_int_equal(fanout_complete(atomic_load(
-							 &mb->d[0].p),
-							 NULL),
-					 -EALREADY);
+			assert_int_equal(
+				fanout_complete(atomic_load(&mb->d[0].p), NULL),
+				-EALREADY);
 		assert_int_equal(res->status, FANOUT_INTERRUPTED);
 		assert_int_equal(res->code, -ECANCELED);
 		assert_null(res->summary);
@@ -342,7 +343,7 @@ static void defer_duration_covers_wait(void **state)
 
 /* The event's status counts deferred children like synchronous ones. */
 struct mixcase {
-	int sync_ret[3];  /* 99 = this child defers */
+	int sync_ret[3]; /* 99 = this child defers */
 	int defer_code[3];
 	unsigned n;
 	enum fanout_status want;
@@ -387,7 +388,7 @@ static void defer_mixed_status_rules(void **state)
 							   mc->defer_code[i];
 			const struct fanout_result *r = &ev->results[i];
 			enum fanout_status want =
-				code == 0	    ? FANOUT_COMPLETED :
+				code == 0	   ? FANOUT_COMPLETED :
 				code == -ECANCELED ? FANOUT_INTERRUPTED :
 						     FANOUT_ERROR;
 			assert_int_equal(r->status, want);
@@ -449,7 +450,7 @@ static void defer_many_exactly_once(void **state)
 	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .max_async = 1024,
 					     .flags = FANOUT_NO_PIN);
 	struct mbatch *mb[MANY_D];
-	char (*sum)[16] = calloc(MANY_D * MANY_N, 16);
+	char(*sum)[16] = calloc(MANY_D * MANY_N, 16);
 	fanout_id ids[MANY_D];
 	struct dq q;
 	atomic_int left = 0;
@@ -462,7 +463,7 @@ static void defer_many_exactly_once(void **state)
 		mb[k] = mb_new(MANY_N);
 		for (unsigned i = 0; i < MANY_N; i++) {
 			unsigned x = (k * MANY_N + i) * 2654435761u >> 7;
-			int code = (x % 5 == 0)	  ? -EIO :
+			int code = (x % 5 == 0) ? -EIO :
 				   (x % 5 == 1) ? -ECANCELED :
 						  0;
 			char *s = sum[k * MANY_N + i];
@@ -550,10 +551,10 @@ static void abandon_then_complete_ealready(void **state)
 	fanout_id id = must_dispatch_b(e, &mb->b);
 	struct fanout_pending *p = dc_wait(&mb->d[0]);
 	assert_non_null(p);
-	assert_int_equal(fanout_cancel(e, id,
-				       FANOUT_CANCEL_INTERRUPT |
-					       FANOUT_CANCEL_ABANDON),
-			 0);
+	assert_int_equal(
+		fanout_cancel(e, id,
+			      FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON),
+		0);
 	/* the event does not wait for a completer */
 	struct fanout_event *ev = must_wait(fanout_default_sink(e));
 	assert_true(ev->id == id);
@@ -605,10 +606,10 @@ static void abandon_complete_after_prune(void **state)
 	struct fanout_pending *p1 = dc_wait(&mb->d[1]);
 	assert_non_null(p0);
 	assert_non_null(p1);
-	assert_int_equal(fanout_cancel(e, id,
-				       FANOUT_CANCEL_INTERRUPT |
-					       FANOUT_CANCEL_ABANDON),
-			 0);
+	assert_int_equal(
+		fanout_cancel(e, id,
+			      FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON),
+		0);
 	struct fanout_event *ev = must_wait(fanout_default_sink(e));
 	assert_true(ev->id == id);
 	fanout_event_free(ev);
@@ -627,8 +628,10 @@ static void abandon_complete_after_prune(void **state)
 	assert_true(rc == 0 || rc == -ENOENT);
 	if (rc == 0)
 		print_message("note: record not pruned yet (allowed)\n");
-	struct fanout_outcome o = {.code = -EIO, .error = "late error",
-				   .summary = "late", .summary_len = 4};
+	struct fanout_outcome o = {.code = -EIO,
+				   .error = "late error",
+				   .summary = "late",
+				   .summary_len = 4};
 	assert_int_equal(fanout_complete(p0, &o), -EALREADY);
 	assert_true(fanout_pending_interrupted(p1));
 	assert_true(fanout_pending_id(p1) == id);
@@ -659,8 +662,10 @@ static void abandon_complete_after_destroy(void **state)
 	assert_true(pthread_equal(r.thread, pthread_self()));
 	assert_true(fanout_pending_interrupted(p1));
 	assert_true(fanout_pending_id(p1) == id);
-	struct fanout_outcome o = {.code = 0, .summary = "too late",
-				   .summary_len = 8, .cost = 1.0};
+	struct fanout_outcome o = {.code = 0,
+				   .summary = "too late",
+				   .summary_len = 8,
+				   .cost = 1.0};
 	assert_int_equal(fanout_complete(p0, &o), -EALREADY);
 	assert_int_equal(fanout_complete(p1, &o), -EALREADY);
 	mb_free(mb);
@@ -703,7 +708,8 @@ static void on_cancel_once_on_interrupter(void **state)
 	assert_int_equal(atomic_load(&r.calls), 0);
 	assert_false(fanout_pending_interrupted(p));
 
-	struct canceller c = {.e = e, .id = id, .how = FANOUT_CANCEL_INTERRUPT, .rc = -1};
+	struct canceller c = {
+		.e = e, .id = id, .how = FANOUT_CANCEL_INTERRUPT, .rc = -1};
 	pthread_t t = spawn(cancel_thread, &c);
 	join(t);
 	assert_int_equal(c.rc, 0);
@@ -716,10 +722,10 @@ static void on_cancel_once_on_interrupter(void **state)
 	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT), 0);
 	assert_int_equal(atomic_load(&r.calls), 1);
 	assert_no_event(fanout_default_sink(e)); /* waits for the completer */
-	assert_int_equal(fanout_cancel(e, id,
-				       FANOUT_CANCEL_INTERRUPT |
-					       FANOUT_CANCEL_ABANDON),
-			 0);
+	assert_int_equal(
+		fanout_cancel(e, id,
+			      FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON),
+		0);
 	assert_int_equal(atomic_load(&r.calls), 1);
 	struct fanout_event *ev = must_wait(fanout_default_sink(e));
 	assert_true(ev->id == id);
@@ -775,10 +781,10 @@ static void on_cancel_not_for_finished_child(void **state)
 	assert_int_equal(mb->d[0].on_cancel_rc, 0);
 	assert_int_equal(dc_complete(&mb->d[0]), 0);
 	assert_true(wait_flag(&started, WAIT_MS));
-	assert_int_equal(fanout_cancel(e, id,
-				       FANOUT_CANCEL_INTERRUPT |
-					       FANOUT_CANCEL_ABANDON),
-			 0);
+	assert_int_equal(
+		fanout_cancel(e, id,
+			      FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON),
+		0);
 	struct fanout_event *ev = must_wait(fanout_default_sink(e));
 	assert_true(ev->id == id);
 	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
@@ -1026,8 +1032,9 @@ static void *mc_thread(void *arg)
 
 static void max_children_counts_pending(void **state)
 {
-	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .max_children = MC_MAX,
-					     .flags = FANOUT_NO_PIN);
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .max_children = MC_MAX,
+			   .flags = FANOUT_NO_PIN);
 	struct mbatch *mb = mb_new(MC_N);
 	atomic_int cur = 0, max = 0, started = 0;
 	struct dq q;
@@ -1107,18 +1114,20 @@ static void defer_bad_input(void **state)
 	}
 	/* ABANDON only with INTERRUPT */
 	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_ABANDON), -EINVAL);
-	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_PENDING |
-						      FANOUT_CANCEL_ABANDON),
-			 -EINVAL);
+	assert_int_equal(
+		fanout_cancel(e, id,
+			      FANOUT_CANCEL_PENDING | FANOUT_CANCEL_ABANDON),
+		-EINVAL);
 	assert_int_equal(fanout_lookup(e, id, &info), 0);
 	assert_false(info.cancelled);
 	assert_false(fanout_pending_interrupted(p));
 	assert_no_event(fanout_default_sink(e));
 
 	/* exactly 16 MiB is fine, and p is still usable */
-	struct fanout_outcome good = {
-		.code = 0, .summary = big, .summary_len = 16u << 20,
-		.cost = 1.5};
+	struct fanout_outcome good = {.code = 0,
+				      .summary = big,
+				      .summary_len = 16u << 20,
+				      .cost = 1.5};
 	assert_int_equal(fanout_complete(p, &good), 0);
 	struct fanout_event *ev = must_wait(fanout_default_sink(e));
 	assert_true(ev->id == id);
@@ -1184,8 +1193,8 @@ static void run_with_deferred_children(void **state)
 	mb->d[1].o = (struct fanout_outcome){.summary = "in", .summary_len = 2};
 	mb_sync(mb, 3)->summary = "sync";
 	mb->d[0].o.code = -EIO;
-	mb->d[4].o = (struct fanout_outcome){.summary = "late",
-					     .summary_len = 4};
+	mb->d[4].o =
+		(struct fanout_outcome){.summary = "late", .summary_len = 4};
 	pthread_t t = spawn(completer_thread, &k);
 	assert_int_equal(fanout_run(e, &mb->b, &ev), 0);
 	join(t);

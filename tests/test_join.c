@@ -137,8 +137,8 @@ static void any_first_completed(void **state)
 
 	mb->tasks[2] = (struct fanout_task){"spin", spin_fn, &spun};
 	mb->d[0].o.code = -EIO;
-	mb->d[1].o = (struct fanout_outcome){.summary = "winner",
-					     .summary_len = 6};
+	mb->d[1].o =
+		(struct fanout_outcome){.summary = "winner", .summary_len = 6};
 	mb->b.join = FANOUT_JOIN_ANY;
 	fanout_id id = must_dispatch_b(e, &mb->b);
 	struct fanout_pending *p1 = dc_wait(&mb->d[1]);
@@ -304,10 +304,14 @@ static void join_bad_input(void **state)
 	static const struct {
 		unsigned join, quorum;
 	} bad[] = {
-		{FANOUT_JOIN_QUORUM, 0},       {FANOUT_JOIN_QUORUM, 4},
-		{FANOUT_JOIN_QUORUM, UINT_MAX}, {FANOUT_JOIN_ALL, 1},
-		{FANOUT_JOIN_FIRST_ERROR, 1},  {FANOUT_JOIN_ANY, 2},
-		{4, 0},			       {99, 1},
+		{FANOUT_JOIN_QUORUM, 0},
+		{FANOUT_JOIN_QUORUM, 4},
+		{FANOUT_JOIN_QUORUM, UINT_MAX},
+		{FANOUT_JOIN_ALL, 1},
+		{FANOUT_JOIN_FIRST_ERROR, 1},
+		{FANOUT_JOIN_ANY, 2},
+		{4, 0},
+		{99, 1},
 		{UINT_MAX, 0},
 	};
 
@@ -344,8 +348,8 @@ static struct fanout_event *run_tickets(struct fanout_engine *e,
 
 	for (unsigned i = 0; i < n; i++)
 		tasks[i] = (struct fanout_task){"t", ticket_fn, t};
-	struct fanout_batch b = {.tasks = tasks, .ntasks = n, .join = join,
-				 .quorum = quorum};
+	struct fanout_batch b = {
+		.tasks = tasks, .ntasks = n, .join = join, .quorum = quorum};
 	assert_int_equal(fanout_run(e, &b, &ev), 0);
 	assert_non_null(ev);
 	check_shape(ev, n);
@@ -394,18 +398,18 @@ static void policies_on_run(void **state)
 static void policies_on_dispatch_sync(void **state)
 {
 	struct fanout_engine *e = eng2();
-	struct ticket t[3] = {{.k = 1, .ret = -EIO},
-			      {.k = 1, .ret = 0},
-			      {.k = 3, .ret = 0}};
+	struct ticket t[3] = {
+		{.k = 1, .ret = -EIO}, {.k = 1, .ret = 0}, {.k = 3, .ret = 0}};
 	unsigned join[3] = {FANOUT_JOIN_FIRST_ERROR, FANOUT_JOIN_ANY,
 			    FANOUT_JOIN_QUORUM};
 	struct fanout_task tasks[3][6];
 
 	for (unsigned j = 0; j < 3; j++) {
 		for (unsigned i = 0; i < 6; i++)
-			tasks[j][i] = (struct fanout_task){"t", ticket_fn,
-							   &t[j]};
-		struct fanout_batch b = {.tasks = tasks[j], .ntasks = 6,
+			tasks[j][i] =
+				(struct fanout_task){"t", ticket_fn, &t[j]};
+		struct fanout_batch b = {.tasks = tasks[j],
+					 .ntasks = 6,
 					 .join = join[j],
 					 .quorum = j == 2 ? 3 : 0};
 		fanout_id id = must_dispatch_b(e, &b);
