@@ -342,4 +342,13 @@ static inline int spin_fn(struct fanout_child *c, void *arg)
 	return -ECANCELED;
 }
 
+/* TEST_FILTER / TEST_SKIP (cmocka glob patterns) select tests by name. */
+static inline void tc_filters(void)
+{
+	if (getenv("TEST_FILTER"))
+		cmocka_set_test_filter(getenv("TEST_FILTER"));
+	if (getenv("TEST_SKIP"))
+		cmocka_set_skip_filter(getenv("TEST_SKIP"));
+}
+
 #endif /* FANOUT_TESTS_DEFER_H */

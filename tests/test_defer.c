@@ -1303,5 +1303,6 @@ int main(void)
 		TC(run_with_deferred_children),
 		TC(nested_run_within_deferred),
 	};
+	tc_filters();
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -440,5 +440,6 @@ int main(void)
 		TC(policies_on_run),
 		TC(policies_on_dispatch_sync),
 	};
+	tc_filters();
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
