@@ -1018,8 +1018,12 @@ static void *mc_thread(void *arg)
 		CHECK(wait_ge(m->cur, want, WAIT_MS));
 		/* a library that overcommits gets the chance to show it */
 		sleep_ms(2);
-		if (atomic_load(m->started) > done + MC_MAX)
-			m->over++;
+		int st = atomic_load(m->started);
+		if (st > done + MC_MAX && !m->over++)
+			fprintf(stderr,
+				"max_children %d: %d children started, %d "
+				"completed, %d pending\n",
+				MC_MAX, st, done, atomic_load(m->cur));
 		struct dchild *d = dq_pop(m->q, WAIT_MS);
 		CHECK(d != NULL);
 		if (!d)
