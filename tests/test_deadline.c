@@ -385,19 +385,41 @@ static void many_live_deadlines(void **state)
 	qsort(got, LIVE_N, sizeof(*got), cmp_id);
 	for (unsigned k = 0; k < LIVE_N; k++)
 		assert_true(ids[k] == got[k]); /* each id once */
-	assert_int_equal(atomic_load(&live_cb_calls), LIVE_N);
+	/*
+	 * On a slow host (sanitizers) a deadline may fire before its child
+	 * started (skipped) or before it registered on_cancel (-EALREADY: it
+	 * was already abandoned); otherwise on_cancel ran exactly once.
+	 */
+	int pending_at_deadline = 0, skipped = 0, late = 0;
 	for (unsigned k = 0; k < LIVE_N; k++) {
-		assert_int_equal(atomic_load(&calls[k]), 1);
-		assert_int_equal(d[k].on_cancel_rc, 0);
+		if (!atomic_load(&d[k].runs)) {
+			assert_int_equal(atomic_load(&calls[k]), 0);
+			skipped++;
+			continue;
+		}
 		struct fanout_pending *p = dc_wait(&d[k]);
 		assert_non_null(p);
+		if (d[k].on_cancel_rc == 0) {
+			assert_int_equal(atomic_load(&calls[k]), 1);
+			pending_at_deadline++;
+		} else {
+			assert_int_equal(d[k].on_cancel_rc, -EALREADY);
+			assert_int_equal(atomic_load(&calls[k]), 0);
+			late++;
+		}
+		assert_true(fanout_pending_interrupted(p));
 		assert_int_equal(fanout_complete(p, NULL), -EALREADY);
 	}
+	assert_int_equal(atomic_load(&live_cb_calls), pending_at_deadline);
+	assert_true(pending_at_deadline > 0);
+	print_message("live deadlines: %d fired on pending children, %d "
+		      "before the child started, %d before on_cancel\n",
+		      pending_at_deadline, skipped, late);
 	struct fanout_stats st = stats_of(e);
 	assert_int_equal(st.running, 0);
 	assert_int_equal(st.completed, LIVE_N);
 	fanout_destroy(e);
-	assert_int_equal(atomic_load(&live_cb_calls), LIVE_N);
+	assert_int_equal(atomic_load(&live_cb_calls), pending_at_deadline);
 	free(d);
 	free(t);
 	free(calls);
