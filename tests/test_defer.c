@@ -1278,6 +1278,150 @@ static void nested_run_within_deferred(void **state)
 	mb_free(mb);
 }
 
+/* ------------------------------------------------------------- races */
+
+/*
+ * Completers racing a cancel with ABANDON: every fanout_complete returns 0
+ * or -EALREADY, and the event agrees with it child by child.
+ */
+struct race_completer {
+	struct mbatch *mb;
+	atomic_int *go;
+	int rc[4];
+};
+
+static void *race_completer_thread(void *arg)
+{
+	struct race_completer *rc = arg;
+
+	for (unsigned i = 0; i < 4; i++)
+		(void)dc_wait(&rc->mb->d[i]);
+	atomic_store(rc->go, 1);
+	for (unsigned i = 0; i < 4; i++)
+		rc->rc[i] = dc_complete(&rc->mb->d[i]);
+	return NULL;
+}
+
+static void complete_races_abandon(void **state)
+{
+	struct fanout_engine *e = eng2();
+	unsigned won = 0, lost = 0;
+
+	for (int k = 0; k < 300; k++) {
+		struct mbatch *mb = mb_new(4);
+		atomic_int go = 0;
+		struct race_completer rc = {.mb = mb, .go = &go};
+
+		for (unsigned i = 0; i < 4; i++)
+			mb->d[i].o = (struct fanout_outcome){
+				.code = 0, .summary = "c", .summary_len = 1};
+		pthread_t t = spawn(race_completer_thread, &rc);
+		fanout_id id = must_dispatch_b(e, &mb->b);
+		assert_true(wait_flag(&go, WAIT_MS));
+		if (k & 1)
+			sleep_us((unsigned)(k % 7) * 3);
+		int crc = fanout_cancel(
+			e, id, FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON);
+		assert_true(crc == 0 || crc == -EALREADY);
+		struct fanout_event *ev = must_wait(fanout_default_sink(e));
+		join(t);
+		assert_true(ev->id == id);
+		check_shape(ev, 4);
+		for (unsigned i = 0; i < 4; i++) {
+			const struct fanout_result *r = &ev->results[i];
+
+			if (rc.rc[i] == 0) {
+				assert_int_equal(r->status, FANOUT_COMPLETED);
+				assert_string_equal(r->summary, "c");
+				won++;
+			} else {
+				assert_int_equal(rc.rc[i], -EALREADY);
+				assert_true(crc == 0);
+				assert_int_equal(r->status, FANOUT_INTERRUPTED);
+				assert_int_equal(r->code, -ECANCELED);
+				assert_null(r->summary);
+				lost++;
+			}
+		}
+		fanout_event_free(ev);
+		mb_free(mb); /* every fn returned: all four deferred */
+	}
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+	print_message("complete vs abandon: %u completed, %u abandoned\n", won,
+		      lost);
+}
+
+/* A child that defers after the delegation was already abandoned. */
+static int defer_after_abandon_fn(struct fanout_child *c, void *arg)
+{
+	struct dchild *d = arg;
+	uint64_t end = mono_ms() + GATE_MS;
+
+	atomic_fetch_add(&d->runs, 1);
+	while (!fanout_interrupted(c) && mono_ms() < end)
+		sleep_us(50);
+	CHECK(fanout_interrupted(c));
+	errno = 0;
+	struct fanout_pending *p = fanout_defer(c);
+	d->defer2_null = p == NULL;
+	d->defer2_errno = errno;
+	atomic_store(&d->p, p);
+	atomic_store(&d->deferred, 1);
+	return p ? -EINPROGRESS : -ECANCELED;
+}
+
+static void defer_after_abandon(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct dchild d = {0};
+	struct fanout_task t = {"late", defer_after_abandon_fn, &d};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+
+	fanout_id id = must_dispatch_b(e, &b);
+	assert_true(wait_flag(&d.runs, WAIT_MS));
+	assert_int_equal(
+		fanout_cancel(e, id,
+			      FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON),
+		0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+	assert_true(wait_flag(&d.deferred, WAIT_MS));
+	struct fanout_pending *p = atomic_load(&d.p);
+	if (p) {
+		/* the abandon already finished it */
+		assert_true(fanout_pending_interrupted(p));
+		assert_int_equal(fanout_complete(p, NULL), -EALREADY);
+	} else {
+		assert_int_equal(d.defer2_errno, EINVAL);
+	}
+	fanout_event_free(ev);
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+}
+
+/* A sink with a pending child's delegation still to publish: -EBUSY. */
+static void sink_busy_while_pending(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct fanout_sink *s = NULL;
+	struct mbatch *mb = mb_new(1);
+
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	mb->b.sink = s;
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	assert_non_null(dc_wait(&mb->d[0]));
+	assert_int_equal(fanout_sink_destroy(s), -EBUSY);
+	assert_int_equal(dc_complete(&mb->d[0]), 0);
+	struct fanout_event *ev = must_wait(s);
+	assert_true(ev->id == id);
+	fanout_event_free(ev);
+	assert_int_equal(fanout_sink_destroy(s), 0);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1306,6 +1450,9 @@ int main(void)
 		TC(npending_in_lookup),
 		TC(run_with_deferred_children),
 		TC(nested_run_within_deferred),
+		TC(complete_races_abandon),
+		TC(defer_after_abandon),
+		TC(sink_busy_while_pending),
 	};
 	tc_filters();
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -724,6 +724,135 @@ static void info_session_key(void **state)
 	mb_free(b);
 }
 
+/* ------------------------------------------------- started after a cancel */
+
+/* A leaf that spins until interrupted, but gives up after 3 s (returns 0),
+ * so a tree that never reaches it fails the test instead of hanging it. */
+static int bounded_leaf_fn(struct fanout_child *c, void *arg)
+{
+	uint64_t end = mono_ms() + 3000;
+
+	atomic_fetch_add((atomic_int *)arg, 1);
+	while (!fanout_interrupted(c))
+		if (mono_ms() > end)
+			return 0;
+		else
+			sleep_us(50);
+	return -ECANCELED;
+}
+
+struct late_nest {
+	struct fanout_engine *e;
+	atomic_int started;
+	atomic_int leaves;
+	int run_rc;
+	enum fanout_status st;
+	unsigned ninterrupted;
+	bool cancelled;
+};
+
+/* Waits until its delegation is interrupted, then starts a nested run. */
+static int nest_after_interrupt_fn(struct fanout_child *c, void *arg)
+{
+	struct late_nest *n = arg;
+	uint64_t end = mono_ms() + GATE_MS;
+	struct fanout_task t[2];
+	struct fanout_event *ev = NULL;
+
+	atomic_store(&n->started, 1);
+	while (!fanout_interrupted(c) && mono_ms() < end)
+		sleep_us(50);
+	for (int i = 0; i < 2; i++)
+		t[i] = (struct fanout_task){"late", bounded_leaf_fn,
+					    &n->leaves};
+	struct fanout_batch b = {.tasks = t, .ntasks = 2};
+	n->run_rc = fanout_run(n->e, &b, &ev);
+	if (n->run_rc == 0) {
+		n->st = ev->status;
+		n->ninterrupted = ev->ninterrupted;
+		n->cancelled = ev->cancelled;
+		fanout_event_free(ev);
+	}
+	return -ECANCELED;
+}
+
+/*
+ * A delegation started from a child whose delegation was already
+ * interrupted belongs to an interrupted tree (like a context derived from
+ * a cancelled one): it is interrupted at once.
+ */
+static void tree_nested_after_interrupt(void **state)
+{
+	struct fanout_engine *e1 =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	struct fanout_engine *e2 =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	struct late_nest n = {.e = e2, .run_rc = 1};
+	struct fanout_task t = {"outer", nest_after_interrupt_fn, &n};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+
+	fanout_id id = must_dispatch_b(e1, &b);
+	assert_true(wait_flag(&n.started, WAIT_MS));
+	assert_int_equal(fanout_cancel(e1, id, FANOUT_CANCEL_INTERRUPT), 0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e1));
+	assert_true(ev->id == id);
+	fanout_event_free(ev);
+	assert_true(n.run_rc <= 0);
+	if (n.run_rc == 0) {
+		assert_int_equal(n.st, FANOUT_INTERRUPTED);
+		assert_int_equal(n.ninterrupted, 2);
+		assert_true(n.cancelled);
+	} else {
+		print_message("note: nested run refused: %d\n", n.run_rc);
+	}
+	fanout_destroy(e1);
+	fanout_destroy(e2);
+}
+
+/* The same with batch.within naming an abandoned (not yet completed) child */
+static void tree_within_after_parent_abandoned(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	struct fanout_sink *s2 = NULL;
+	struct mbatch *outer = mb_new(1);
+	atomic_int leaves = 0;
+	struct fanout_task t[2];
+
+	assert_int_equal(fanout_sink_create(e, &s2), 0);
+	fanout_id id = must_dispatch_b(e, &outer->b);
+	struct fanout_pending *p = dc_wait(&outer->d[0]);
+	assert_non_null(p);
+	assert_int_equal(
+		fanout_cancel(e, id,
+			      FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON),
+		0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	fanout_event_free(ev);
+	for (int i = 0; i < 2; i++)
+		t[i] = (struct fanout_task){"late", bounded_leaf_fn, &leaves};
+	struct fanout_batch b = {
+		.tasks = t, .ntasks = 2, .sink = s2, .within = p};
+	fanout_id nid = 0;
+	int rc = fanout_dispatch(e, &b, &nid);
+	if (rc == 0) {
+		ev = must_wait(s2);
+		assert_true(ev->id == nid);
+		assert_int_equal(ev->status, FANOUT_INTERRUPTED);
+		assert_int_equal(ev->ninterrupted, 2);
+		assert_true(ev->cancelled);
+		fanout_event_free(ev);
+	} else {
+		print_message("note: dispatch within an abandoned child: %d\n",
+			      rc);
+	}
+	assert_int_equal(fanout_complete(p, NULL), -EALREADY);
+	assert_int_equal(fanout_sink_destroy(s2), 0);
+	fanout_destroy(e);
+	mb_free(outer);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -739,6 +868,8 @@ int main(void)
 		TC(tree_within_from_completer),
 		TC(tree_within_abandon),
 		TC(tree_within_depth_limit),
+		TC(tree_nested_after_interrupt),
+		TC(tree_within_after_parent_abandoned),
 		TC(cancel_session_counts_and_scope),
 		TC(cancel_session_reaches_tree),
 		TC(info_session_key),
