@@ -230,15 +230,30 @@ static void deadline_after_finish_is_harmless(void **state)
 	struct mbatch *b = mb_new(1);
 	struct fanout_info info;
 
-	a->b.deadline_ns = 30 * MS;
-	fanout_id ida = must_dispatch(e, a);
-	struct fanout_event *ev = must_wait(fanout_default_sink(e));
-	assert_true(ev->id == ida);
+	fanout_id ida = 0;
+	struct fanout_event *ev = NULL;
+
+	/* a loaded host may let the deadline win: then try again */
+	for (int attempt = 0;; attempt++) {
+		assert_true(attempt < 5);
+		memset(a->probes, 0, a->n * sizeof(*a->probes));
+		a->b.deadline_ns = 100 * MS;
+		ida = must_dispatch(e, a);
+		ev = must_wait(fanout_default_sink(e));
+		assert_true(ev->id == ida);
+		if (!ev->timed_out)
+			break;
+		print_message("note: the deadline beat 4 children\n");
+		fanout_event_free(ev);
+		for (unsigned i = 0; i < a->n; i++)
+			if (atomic_load(&a->probes[i].runs))
+				assert_true(wait_flag(&a->probes[i].finished,
+						      WAIT_MS));
+	}
 	check_all_completed(ev, a);
-	assert_false(ev->timed_out);
 	fanout_event_free(ev);
 
-	b->b.deadline_ns = 60 * MS;
+	b->b.deadline_ns = 150 * MS;
 	fanout_id idb = must_dispatch_b(e, &b->b);
 	ev = must_wait(fanout_default_sink(e));
 	assert_true(ev->id == idb);
