@@ -34,6 +34,10 @@ TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_NAMES := $(patsubst tests/%.c,%,$(TEST_SRC))
 VARIANTS  := plain asan tsan
 
+# Extra libraries of one suite, TEST_LIBS_<name> (tests only, never the
+# library): test_format checks its JSON with jansson.
+TEST_LIBS_test_format := -ljansson
+
 # Per-test timeout (seconds) so a hang fails instead of eating CI's time.
 TEST_TIMEOUT ?= 300
 
@@ -64,7 +68,8 @@ lib-$(1): build/$(1)/libfanout.a
 build/$(1)/tests/%: tests/%.c tests/common.h tests/defer.h build/$(1)/libfanout.a
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(BASE_CFLAGS) $$(CFLAGS_$(1)) $$(EXTRA_CFLAGS) $$< -o $$@ \
-		build/$(1)/libfanout.a -lcmocka $$(DEP_LIBS) $$(LIBS_$(1))
+		build/$(1)/libfanout.a -lcmocka $$(TEST_LIBS_$$*) $$(DEP_LIBS) \
+		$$(LIBS_$(1))
 
 test-$(1): $(addprefix build/$(1)/tests/,$(TEST_NAMES))
 	@sh scripts/run-tests.sh $(1) $(TEST_TIMEOUT) $$^

@@ -869,16 +869,38 @@ FANOUT_API void fanout_event_free(struct fanout_event *ev);
  * session lines, then per child "TASK i/n: goal (status=..., 12.3ms)"
  * followed by its summary or error, indented.  i counts from 1.
  *
+ * The text is valid UTF-8 whatever bytes the children and the batch set
+ * (each string is read up to its first NUL): well-formed characters pass
+ * through, and each maximal ill-formed subsequence (a stray continuation
+ * byte, a byte that starts no sequence, an overlong form, a surrogate
+ * U+D800..U+DFFF, a code point above U+10FFFF, a sequence cut short)
+ * becomes U+FFFD.  Control characters other than \n and \t become U+FFFD
+ * too - C0, DEL and C1 (U+0080..U+009F) - except the \r of a \r\n, which
+ * is dropped; so the text never carries a terminal escape sequence.
+ *
  * Return: as snprintf: the length the whole text needs (excluding the NUL);
- * @buf gets as much as fits, always NUL-terminated when @len > 0.
+ * @buf gets as much as fits, always NUL-terminated when @len > 0 (a
+ * truncated text may end inside a multi-byte character).
  * -EINVAL for NULL @ev, or NULL @buf with @len > 0.
+ * -EOVERFLOW if the text would be longer than INT_MAX bytes; @buf then
+ * holds an empty string (when @len > 0).
  */
 FANOUT_API int fanout_format(const struct fanout_event *ev, char *buf,
 			     size_t len);
 
 /**
- * fanout_event_json() - the same event as one JSON object (UTF-8, strings
- * escaped, no trailing newline).  Return: as fanout_format().
+ * fanout_event_json() - the same event as one JSON object (RFC 8259, no
+ * trailing newline).
+ *
+ * Always valid UTF-8 and valid JSON, whatever bytes the children and the
+ * batch set (goal, summary, error, context, session_key; each read up to
+ * its first NUL): ill-formed UTF-8 becomes U+FFFD as in fanout_format();
+ * '"', '\\' and every control character U+0000..U+001F are escaped
+ * (\b \f \n \r \t, else \u00XX; DEL too, as \u007f).  Every well-formed
+ * character is kept, so for valid UTF-8 input a JSON parser gives back the
+ * exact bytes.
+ *
+ * Return: as fanout_format(), -EOVERFLOW included.
  */
 FANOUT_API int fanout_event_json(const struct fanout_event *ev, char *buf,
 				 size_t len);

@@ -116,7 +116,6 @@ int fanout_create(const struct fanout_config *cfg, struct fanout_engine **out)
 	qp.workers = e->cfg.workers;
 	qp.pin = !(e->cfg.flags & FANOUT_NO_PIN);
 	qp.spin_ns = e->cfg.spin_ns;
-	atomic_init(&e->next_id, 1);
 	atomic_init(&e->async_running, 0);
 	atomic_init(&e->active, 0);
 	atomic_init(&e->finish_seq, 0);

@@ -78,6 +78,7 @@ extern int fanout__rcu_token;
 #define PEND_RUN 0x4u  /* someone claimed running the callback */
 
 struct fanout_timer;
+struct fanout_table;
 
 enum rec_state { REC_RUNNING = 0, REC_FINISHED = 1 };
 
@@ -218,16 +219,15 @@ struct fanout_engine {
 	/* I: configuration after defaults. */
 	struct fanout_config cfg;
 	struct fq *q;
-	struct cds_lfht *table; /* records by id */
-	struct cds_lfht *sinks; /* sinks by address */
+	struct fanout_table *table; /* records by id (table.c) */
+	struct cds_lfht *sinks;	    /* sinks by address */
 	struct fanout_sink *default_sink;
 	_Atomic(struct record *) *kept;	      /* A: cfg.keep_completed slots */
 	_Atomic uint64_t *st_worker_children; /* I pointer; per worker, W */
 	unsigned max_tokens; /* I: min(workers, max_children) */
 
 	/* Touched only by dispatching threads. */
-	_Atomic uint64_t next_id __attribute__((aligned(CACHELINE)));
-	_Atomic uint64_t st_dispatched;
+	_Atomic uint64_t st_dispatched __attribute__((aligned(CACHELINE)));
 	_Atomic uint64_t st_runs;
 
 	/* Touched by dispatchers and finalisers alike: their own line. */
@@ -306,6 +306,7 @@ static inline uint32_t fanout__chunk_for(unsigned n, unsigned runners)
 
 /* table.c */
 int fanout__table_init(struct fanout_engine *e);
+int fanout__table_reserve(struct fanout_engine *e, struct record *rec);
 void fanout__table_insert(struct fanout_engine *e, struct record *rec);
 struct record *fanout__table_find(struct fanout_engine *e, fanout_id id);
 void fanout__table_retire(struct fanout_engine *e, struct record *rec);

@@ -8,9 +8,12 @@
  * Handoff.  A dispatch with a deadline takes a record reference and pushes
  * the record onto `inbox` (a Treiber stack, CAS; only the timer thread
  * empties it, with one exchange, so there is no ABA).  The timer thread
- * copies {deadline, id} into its private min-heap and drops the reference:
- * a record is pinned for microseconds, not until its deadline, and a
- * record that finishes early leaves only 16 bytes in the heap.
+ * copies {deadline, id} into its private min-heap and drops the reference.
+ * The pusher wakes the timer when its deadline is the earliest, or every
+ * TIMER_BATCH pushes: a record is pinned for at most that many deadline
+ * dispatches, not until its deadline, the wake-up costs one futex call per
+ * TIMER_BATCH dispatches, and a record that finishes early leaves only 16
+ * bytes in the heap.
  *
  * Firing.  When an entry is due, the timer looks the id up in the table
  * under the RCU read lock and interrupts the record with
@@ -40,6 +43,9 @@
 #include <string.h>
 
 #define TIMER_SLACK 1024u
+/* Pushes after which the pusher wakes the timer to take them, so a record
+ * is pinned by the inbox for at most this many deadline dispatches. */
+#define TIMER_BATCH 64u
 
 enum { TIMER_OFF = 0, TIMER_STARTING = 1, TIMER_ON = 2 };
 
@@ -53,9 +59,10 @@ struct fanout_timer {
 	struct fanout_engine *e;	/* I */
 	pthread_t thread;		/* I */
 	_Atomic(struct record *) inbox; /* A */
-	_Atomic uint64_t next_ns;	/* A: 0 = sleeping for ever */
+	_Atomic uint64_t next_ns;	/* A: UINT64_MAX = for ever */
 	_Atomic bool stop;		/* A */
 	_Atomic uint32_t live;		/* A: records with deadlines */
+	_Atomic uint32_t inbox_n;	/* A: pushed, not taken yet */
 	struct fq_ec ec;		/* A */
 	struct deadline *heap;		/* T: timer thread only */
 	size_t n, cap;			/* T */
@@ -150,7 +157,12 @@ static void take_inbox(struct fanout_timer *t)
 	 * id are written before). */
 	struct record *rec =
 		atomic_exchange_explicit(&t->inbox, NULL, memory_order_seq_cst);
+	uint32_t taken = 0;
 
+	for (struct record *r = rec; r; r = r->dl_next)
+		taken++;
+	/* relaxed: a wake-up heuristic (see "Handoff"). */
+	atomic_fetch_sub_explicit(&t->inbox_n, taken, memory_order_relaxed);
 	while (rec) {
 		struct record *next = rec->dl_next;
 
@@ -263,6 +275,7 @@ int fanout__timer_start(struct fanout_engine *e)
 	atomic_init(&t->next_ns, UINT64_MAX);
 	atomic_init(&t->stop, false);
 	atomic_init(&t->live, 0);
+	atomic_init(&t->inbox_n, 0);
 	fq_ec_init(&t->ec);
 	/* The thread takes no signals of the application's. */
 	sigfillset(&all);
@@ -304,8 +317,12 @@ void fanout__timer_add(struct fanout_engine *e, struct record *rec)
 	} while (!atomic_compare_exchange_weak_explicit(&t->inbox, &head, rec,
 							memory_order_seq_cst,
 							memory_order_relaxed));
-	if (rec->deadline <
-	    atomic_load_explicit(&t->next_ns, memory_order_seq_cst))
+	/* relaxed: a wake-up heuristic (see "Handoff"). */
+	if (atomic_fetch_add_explicit(&t->inbox_n, 1, memory_order_relaxed) +
+			    1 ==
+		    TIMER_BATCH ||
+	    rec->deadline <
+		    atomic_load_explicit(&t->next_ns, memory_order_seq_cst))
 		fq_ec_signal(&t->ec, 1);
 }
 
