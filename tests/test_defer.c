@@ -1429,6 +1429,175 @@ static void sink_busy_while_pending(void **state)
 	mb_free(mb);
 }
 
+/*
+ * 1000 children of one delegation completed by four threads at once:
+ * the join sees each exactly once (max_children 64 keeps resubmitting).
+ */
+static void wide_concurrent_completers(void **state)
+{
+	enum { N = 1000 };
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(N);
+	struct dq q;
+	atomic_int left = N;
+	struct popper pp[4];
+	pthread_t t[4];
+
+	dq_init(&q, N);
+	for (unsigned i = 0; i < N; i++) {
+		mb->d[i].q = &q;
+		mb->d[i].o = (struct fanout_outcome){
+			.code = i % 10 == 0 ? -EIO : 0, .cost = 0.5};
+	}
+	for (int j = 0; j < 4; j++) {
+		pp[j] = (struct popper){&q, &left, 0};
+		t[j] = spawn(popper_thread, &pp[j]);
+	}
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	for (int j = 0; j < 4; j++)
+		join(t[j]);
+	assert_true(ev->id == id);
+	check_shape(ev, N);
+	assert_int_equal(ev->ncompleted, N - N / 10);
+	assert_int_equal(ev->nerror, N / 10);
+	assert_float_equal(ev->cost, N * 0.5, 1e-6);
+	for (int j = 0; j < 4; j++)
+		assert_int_equal(pp[j].bad, 0);
+	fanout_event_free(ev);
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+	for (unsigned i = 0; i < N; i++)
+		assert_int_equal(atomic_load(&mb->d[i].runs), 1);
+	dq_fini(&q);
+	mb_free(mb);
+}
+
+/* A helping fanout_wait (FANOUT_WAIT_HELPS) next to deferred children. */
+static void wait_helps_with_deferred(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1,
+			   .flags = FANOUT_NO_PIN | FANOUT_WAIT_HELPS);
+	struct mbatch *mb = mb_new(40);
+	struct dq q;
+	atomic_int left = 30;
+	struct popper pp = {&q, &left, 0};
+
+	dq_init(&q, 40);
+	for (unsigned i = 0; i < 40; i++) {
+		if (i % 4 == 3)
+			mb_sync(mb, i)->summary = "sync";
+		else
+			mb->d[i].q = &q;
+	}
+	pthread_t t = spawn(popper_thread, &pp);
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	join(t);
+	assert_true(ev->id == id);
+	check_shape(ev, 40);
+	assert_int_equal(ev->ncompleted, 40);
+	assert_int_equal(pp.bad, 0);
+	fanout_event_free(ev);
+	fanout_destroy(e);
+	for (unsigned i = 0; i < 40; i++)
+		assert_int_equal(i % 4 == 3 ? atomic_load(&mb->pr[i].runs) :
+					      atomic_load(&mb->d[i].runs),
+				 1);
+	dq_fini(&q);
+	mb_free(mb);
+}
+
+/* on_cancel callbacks that cancel again (re-entrant) and complete. */
+struct reenter {
+	struct fanout_engine *e;
+	fanout_id id;
+	atomic_int calls;
+	int cancel_rc;
+	int complete_rc;
+};
+
+static void cb_cancel_again(struct fanout_pending *p, void *arg)
+{
+	struct reenter *r = arg;
+
+	atomic_fetch_add(&r->calls, 1);
+	r->cancel_rc = fanout_cancel(
+		r->e, r->id, FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON);
+}
+
+static void cb_complete_self(struct fanout_pending *p, void *arg)
+{
+	struct reenter *r = arg;
+
+	atomic_fetch_add(&r->calls, 1);
+	r->complete_rc = fanout_complete(p, NULL);
+}
+
+static void on_cancel_reentrant(void **state)
+{
+	struct fanout_engine *e = eng2();
+
+	for (int k = 0; k < 50; k++) {
+		struct mbatch *mb = mb_new(3);
+		struct reenter r0 = {.e = e}, r1 = {.e = e}, r2 = {.e = e};
+
+		mb->d[0].on_cancel = cb_cancel_again;
+		mb->d[0].on_cancel_arg = &r0;
+		mb->d[1].on_cancel = cb_complete_self;
+		mb->d[1].on_cancel_arg = &r1;
+		mb->d[2].on_cancel = cb_complete_self;
+		mb->d[2].on_cancel_arg = &r2;
+		/* the callbacks read r.id: set it before any can run */
+		fanout_id id = 0;
+		assert_int_equal(fanout_dispatch(e, &mb->b, &id), 0);
+		r0.id = id;
+		for (unsigned i = 0; i < 3; i++)
+			assert_non_null(dc_wait(&mb->d[i]));
+		assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT),
+				 0);
+		struct fanout_event *ev = must_wait(fanout_default_sink(e));
+		assert_true(ev->id == id);
+		check_shape(ev, 3);
+		assert_int_equal(atomic_load(&r0.calls), 1);
+		assert_true(r0.cancel_rc == 0 || r0.cancel_rc == -EALREADY);
+		assert_true(atomic_load(&r1.calls) <= 1);
+		assert_true(atomic_load(&r2.calls) <= 1);
+		struct reenter *rs[2] = {&r1, &r2};
+		for (unsigned i = 1; i < 3; i++) {
+			struct reenter *r = rs[i - 1];
+
+			if (atomic_load(&r->calls) && r->complete_rc == 0) {
+				assert_int_equal(ev->results[i].status,
+						 FANOUT_COMPLETED);
+			} else {
+				if (atomic_load(&r->calls))
+					assert_int_equal(r->complete_rc,
+							 -EALREADY);
+				else
+					assert_int_equal(
+						fanout_complete(
+							atomic_load(
+								&mb->d[i].p),
+							NULL),
+						-EALREADY);
+				assert_int_equal(ev->results[i].status,
+						 FANOUT_INTERRUPTED);
+			}
+		}
+		/* child 0 was abandoned by its own callback's cancel */
+		assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+		assert_int_equal(
+			fanout_complete(atomic_load(&mb->d[0].p), NULL),
+			-EALREADY);
+		fanout_event_free(ev);
+		mb_free(mb);
+	}
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1460,6 +1629,9 @@ int main(void)
 		TC(complete_races_abandon),
 		TC(defer_after_abandon),
 		TC(sink_busy_while_pending),
+		TC(wide_concurrent_completers),
+		TC(wait_helps_with_deferred),
+		TC(on_cancel_reentrant),
 	};
 	tc_filters();
 	return cmocka_run_group_tests(tests, NULL, NULL);
