@@ -567,6 +567,97 @@ static void far_deadline_destroy(void **state)
 	mb_free(mb);
 }
 
+/*
+ * A completer, a cancel with ABANDON and a 1-2 ms deadline racing for the
+ * same pending children: one event each, and every child agrees with what
+ * its fanout_complete returned.
+ */
+struct racing_completer {
+	struct mbatch *mb;
+	atomic_int stop; /* the event came: children not started never will */
+	int rc[3];	 /* 1: not completed here */
+};
+
+static void *racing_completer_thread(void *arg)
+{
+	struct racing_completer *rc = arg;
+
+	for (unsigned i = 0; i < 3; i++) {
+		rc->rc[i] = 1;
+		while (!atomic_load(&rc->mb->d[i].deferred) &&
+		       !atomic_load(&rc->stop))
+			sched_yield();
+		if (atomic_load(&rc->mb->d[i].deferred))
+			rc->rc[i] = dc_complete(&rc->mb->d[i]);
+	}
+	return NULL;
+}
+
+static void deadline_cancel_complete_race(void **state)
+{
+	struct fanout_engine *e = eng2();
+	unsigned by[4] = {0}; /* completed, timed out, cancelled, other */
+
+	for (int k = 0; k < 200; k++) {
+		struct mbatch *mb = mb_new(3);
+		struct racing_completer rc = {.mb = mb};
+
+		for (unsigned i = 0; i < 3; i++)
+			mb->d[i].o = (struct fanout_outcome){
+				.code = 0, .summary = "c", .summary_len = 1};
+		mb->b.deadline_ns = (1 + k % 2) * MS;
+		pthread_t t = spawn(racing_completer_thread, &rc);
+		fanout_id id = must_dispatch_b(e, &mb->b);
+		if (k % 3)
+			sleep_us((unsigned)(k % 5) * 300);
+		int crc = fanout_cancel(
+			e, id, FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON);
+		assert_true(crc == 0 || crc == -EALREADY);
+		struct fanout_event *ev = must_wait(fanout_default_sink(e));
+		atomic_store(&rc.stop, 1);
+		join(t);
+		assert_true(ev->id == id);
+		check_shape(ev, 3);
+		for (unsigned i = 0; i < 3; i++) {
+			const struct fanout_result *r = &ev->results[i];
+
+			/* abandoned before its fn stored the flag, or never
+			 * started: complete it here if it deferred */
+			if (rc.rc[i] == 1 && atomic_load(&mb->d[i].runs))
+				rc.rc[i] = dc_complete(&mb->d[i]);
+			if (rc.rc[i] == 1) {
+				assert_int_equal(r->duration_ns, 0);
+				rc.rc[i] = -EALREADY;
+			}
+			assert_true(rc.rc[i] == 0 || rc.rc[i] == -EALREADY);
+			if (r->status == FANOUT_COMPLETED) {
+				assert_int_equal(rc.rc[i], 0);
+				assert_string_equal(r->summary, "c");
+				by[0]++;
+				continue;
+			}
+			assert_int_equal(r->status, FANOUT_INTERRUPTED);
+			if (r->code == -ETIMEDOUT) {
+				assert_true(ev->timed_out);
+				by[1]++;
+			} else {
+				assert_int_equal(r->code, -ECANCELED);
+				assert_int_equal(rc.rc[i], -EALREADY);
+				assert_int_equal(crc, 0);
+				assert_true(ev->cancelled);
+				by[2]++;
+			}
+		}
+		fanout_event_free(ev);
+		mb_free(mb);
+	}
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+	print_message("complete/cancel/deadline: %u completed, %u timed out, "
+		      "%u cancelled\n",
+		      by[0], by[1], by[2]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -581,6 +672,7 @@ int main(void)
 		TC(deadline_on_run),
 		TC(deadline_bad_value),
 		TC(far_deadline_destroy),
+		TC(deadline_cancel_complete_race),
 	};
 	tc_filters();
 	return cmocka_run_group_tests(tests, NULL, NULL);
