@@ -106,7 +106,7 @@ fuzz: $(FUZZ_DIR)/fuzz_api
 		-artifact_prefix=$(FUZZ_DIR)/ \
 		$(FUZZ_DIR)/corpus-new $(FUZZ_CORPUS) > $(FUZZ_DIR)/fuzz.log 2>&1 \
 		|| status=$$?; \
-	grep -E '^#[0-9]+ +(INITED|DONE)|ERROR|SUMMARY|FUZZ-VIOLATION|artifact' \
+	grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|ERROR|SUMMARY|FUZZ-VIOLATION|artifact' \
 		$(FUZZ_DIR)/fuzz.log | tail -40; \
 	sed -n 's/^stat::number_of_executed_units: */fuzz: executions: /p' \
 		$(FUZZ_DIR)/fuzz.log; \

@@ -710,9 +710,9 @@ static void format_overflow(void **state)
 
 /* ------------------------------------------------------------ strerror */
 
-static const int named[] = {EBUSY,     E2BIG,	  EINVAL, ENOMEM,
-			    ESHUTDOWN, ELOOP,	  ENOENT, EALREADY,
-			    EAGAIN,    ETIMEDOUT, EDEADLK};
+static const int named[] = {EBUSY,     E2BIG,	  EINVAL,  ENOMEM,
+			    ESHUTDOWN, ELOOP,	  ENOENT,  EALREADY,
+			    EAGAIN,    ETIMEDOUT, EDEADLK, EOWNERDEAD};
 
 static void strerror_named_codes(void **state)
 {
