@@ -119,6 +119,7 @@ static void rec_link(struct record *rec, const struct fanout_batch *b,
 {
 	if (o->parent) {
 		rec->parent_id = o->parent->id;
+		rec->parent_engine = o->parent->e->serial;
 		/* relaxed: ordered before our re-check by its seq_cst fence
 		 * (recheck); see "Tree" in tree.c. */
 		atomic_store_explicit(&o->parent->has_kids, true,

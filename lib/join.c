@@ -151,7 +151,9 @@ static void finalise(struct record *rec)
 	ev->ninterrupted = ni;
 	ev->cancelled = (cancel & CANCEL_BY_CALLER) != 0;
 	ev->timed_out = (cancel & CANCEL_TIMEDOUT) != 0;
-	ev->interrupted_by_policy = (cancel & CANCEL_POLICY) != 0;
+	/* Only when the policy stopped something: a quorum reached by the
+	 * last child interrupted nothing. */
+	ev->interrupted_by_policy = (cancel & CANCEL_POLICY) && ni;
 	if (nc) {
 		ev->status = FANOUT_COMPLETED;
 		ev->error = NULL;
