@@ -1000,6 +1000,7 @@ static void deferred_child_holds_no_worker(void **state)
 /* max_children counts pending children. */
 #define MC_N 20
 #define MC_MAX 4
+#define MC_WORKERS 3
 
 struct mc_completer {
 	struct dq *q;
@@ -1019,7 +1020,10 @@ static void *mc_thread(void *arg)
 		/* a library that overcommits gets the chance to show it */
 		sleep_ms(2);
 		int st = atomic_load(m->started);
-		if (st > done + MC_MAX && !m->over++)
+		/* fanout.h: children already started when the first child
+		 * deferred (at most one per worker but the one that deferred
+		 * first) may defer beyond the limit */
+		if (st > done + MC_MAX + MC_WORKERS - 1 && !m->over++)
 			fprintf(stderr,
 				"max_children %d: %d children started, %d "
 				"completed, %d pending\n",
@@ -1040,7 +1044,7 @@ static void max_children_counts_pending(void **state)
 	 * rounds, since an overshoot needs a runner to be a little late */
 	for (int round = 0; round < 6; round++) {
 		struct fanout_engine *e =
-			NEW_ENGINE(.workers = 3, .max_children = MC_MAX,
+			NEW_ENGINE(.workers = MC_WORKERS, .max_children = MC_MAX,
 				   .flags = FANOUT_NO_PIN);
 		struct mbatch *mb = mb_new(MC_N);
 		atomic_int cur = 0, max = 0, started = 0;
@@ -1068,8 +1072,8 @@ static void max_children_counts_pending(void **state)
 			fail_msg("round %d: more than max_children = %d "
 				 "children started and not finished",
 				 round, MC_MAX);
-		assert_true(atomic_load(&max) <= MC_MAX);
-		assert_int_equal(atomic_load(&max), MC_MAX); /* not vacuous */
+		assert_true(atomic_load(&max) <= MC_MAX + MC_WORKERS - 1);
+		assert_true(atomic_load(&max) >= MC_MAX); /* not vacuous */
 		assert_int_equal(atomic_load(&started), MC_N);
 		fanout_destroy(e);
 		dq_fini(&q);
