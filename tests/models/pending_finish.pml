@@ -1,13 +1,13 @@
 /*
  * pending_finish.pml - the finish race of a deferred ("pending") child.
  *
- * What it models (lib/join.c: fanout_defer, fanout_complete,
- * fanout_pending_on_cancel, the runner's post-fn re-check, the abandon
- * walk of fanout__cancel_rec; include/fanout.h "children that finish
- * later"; see tests/models/README.md).  One delegation record with NS
- * synchronous and ND deferred children, all claimed by one runner (the
- * claim itself is join_cancel.pml's business).  Each deferred child i has
- * a pending object p[i] with
+ * What it models (lib/pending.c: fanout_defer, fanout_complete,
+ * fanout_pending_on_cancel, fanout__pendings_cancel; lib/join.c:
+ * fanout__cancel_rec, run_child, runner_done; include/fanout.h "children
+ * that finish later"; see tests/models/README.md).  One delegation record
+ * with NS synchronous and ND deferred children, all claimed by one runner
+ * (the claim itself is join_cancel.pml's business).  Each deferred child i
+ * has a pending object p[i] with
  *   st[i]     the atomic state word: DONE (finished by someone), CB (an
  *             on_cancel callback is registered), RUN (someone claimed
  *             running the callback)
@@ -19,21 +19,24 @@
  * push is one seq_cst CAS, entries are never removed before the record is
  * freed, so a walk sees exactly what was pushed before its head load).
  *
- * finish(i) (every finisher): CAS(st, s, s|DONE) only if !(s & DONE); the
- * winner writes result slot i and does fetch_sub(remaining, 1) (acq_rel);
- * the one that takes remaining to 0 finalises (publishes THE event; its
- * fetch_or of FINAL closes the cancel word).  A loser changes nothing.
+ * finish(i) (try_finish + finish_tail, every finisher): CAS(st, s,
+ * s|DONE) only if !(s & DONE); the winner writes result slot i and does
+ * fetch_sub(remaining, 1) (acq_rel); the one that takes remaining to 0
+ * finalises (publishes THE event; its fetch_or of FINAL closes the cancel
+ * word).  A loser changes nothing.
  *
  * Runner (a worker; holds a record reference, its ring token, throughout):
- *   per sync child:     if (cancel & PENDING) skip else run; done++
+ *   per sync child:     run it or skip it (cancelled); done++
  *   per deferred child: if (cancel & PENDING) skip (done++), else fn runs:
- *       fanout_defer: push p (seq_cst CAS on the list head)
+ *       fanout_defer: push p (seq_cst CAS on the list head), then
+ *           re-check: c = load(cancel) (seq_cst);
+ *           if ((c & ABANDON) && !(c & FINAL)) finish(i)
  *       [REG=1] fanout_pending_on_cancel(p) from inside fn
- *       fn returns -EINPROGRESS;
- *       re-check: if (load(cancel) & ABANDON) finish(i)     (seq_cst load)
+ *       fn returns -EINPROGRESS (run_child: not counted by the runner)
  *   runner_done: fetch_sub(remaining, done) (finalise on zero); put(rec).
  * Completer i (any thread; holds p's completer reference):
- *   mode "races": fanout_complete(p) at any moment: finish(i) -> 0 if it
+ *   mode "races": fanout_complete(p) at any moment: an acquire load that
+ *       finds DONE returns -EALREADY at once; else finish(i) -> 0 if it
  *       won, -EALREADY if not; then drop its reference to p.
  *   mode "waits for the cancel": [REG=2 registers the callback first]
  *       the operation only ends through its on_cancel callback (or when
@@ -41,23 +44,27 @@
  *       then fanout_complete as above.  If the protocol ever leaves the
  *       callback un-run although registration said 0 and an interrupt
  *       came, this completer waits forever: an invalid end state.
- * fanout_pending_on_cancel(p, fn):
- *   CAS st: set CB (-EBUSY if CB, -EALREADY if DONE);
- *   if (load(cancel) & INTERRUPT)                    (seq_cst load)
+ * fanout_pending_on_cancel(p, fn) (one registrant; PEND_CBW not modelled):
+ *   old = fetch_or(st, CB) (seq_cst); if (old & DONE) return -EALREADY;
+ *   if (load(cancel) & INTERRUPT)                     (seq_cst)
  *       CAS st: set RUN only if !RUN && !DONE -> call fn;
- *       a CAS that finds DONE without RUN: return -EALREADY (fn will not
- *       run; -DREG_RET0 returns 0 there and spin shows the lost wakeup).
- * Abandoner (fanout_cancel INTERRUPT [| ABANDON], the deadline, a join
- * policy, shutdown; A of them, each picks with or without ABANDON; holds
- * a record reference, the RCU read section of the lookup):
+ *       a CAS loop that ends on DONE without RUN (an abandon slipped in
+ *       after the fetch_or): return -EALREADY, fn will not run (FIX=1,
+ *       the default; -DFIX=0 returns 0 there, as lib/pending.c does at
+ *       3e7e328, and spin finds the caller waiting for a callback that
+ *       never comes).
+ *   return 0.
+ * Abandoner (fanout__cancel_rec with INTERRUPT [| ABANDON]: fanout_cancel,
+ * the deadline, a join policy, shutdown, the cancel tree; A of them, each
+ * picks with or without ABANDON; holds a record reference, the RCU read
+ * section of the lookup):
  *   if (remaining == 0) return -EALREADY;
  *   old = fetch_or(cancel, PENDING|INTERRUPT[|ABANDON])   (seq_cst)
  *   if (old & FINAL) return -EALREADY;
- *   for p in load(list head) (seq_cst):
- *       if (CB && !RUN && !DONE) CAS set RUN -> call fn;
- *       if ABANDON: finish(i)
- * The callback before the abandon, per child, so that a deadline, policy
- * or shutdown (which all abandon) still tells the operation to stop.
+ *   for p in load(list head) (seq_cst):            fanout__pendings_cancel
+ *       maybe_run_cb: s = load(st) (seq_cst); if (CB && !RUN && !DONE)
+ *           CAS set RUN -> call fn;
+ *       if ABANDON: finish(i)                                      abandon
  * put(rec): the runner, every abandoner and the finaliser each hold one
  * reference; the last put frees the record, which drops the library's
  * reference of every pending object; the last reference frees p.
@@ -66,15 +73,15 @@
  * explores SC interleavings only; in C11 both sides must be seq_cst RMWs
  * or loads, or a seq_cst fence must separate them):
  *   push p ; load(cancel)      vs  fetch_or(cancel) ; load(list head)
- *   CAS CB ; load(cancel)      vs  fetch_or(cancel) ; load(p->state)
+ *   fetch_or CB ; load(cancel) vs  fetch_or(cancel) ; load(p->state)
  * In each pair at least one side sees the other's write, so an abandoner
- * that misses p is seen by the runner's re-check, and an interrupter that
- * misses CB is seen by the registrant.
+ * that misses p is seen by fanout_defer's re-check, and an interrupter
+ * that misses CB is seen by the registrant.
  *
  * Properties (safety; no end labels: anything stuck at the end, e.g. the
  * waiting completer above, is an invalid end state):
  *   - one DONE winner per pending child; a completer gets -EALREADY only
- *     if the library (abandon, runner's re-check) finished the child;
+ *     if the library (an abandoner, fanout_defer's re-check) finished it;
  *   - remaining never below zero, reaches zero once: exactly one event,
  *     and then every result slot was written exactly once;
  *   - the callback runs at most once, never on a freed p, never for a
@@ -89,11 +96,11 @@
  *     CAS touches only p, never the record).
  *
  * Non-vacuity (spin -DREACH=n: an assertion that path n is never taken,
- * which spin must refute): 1 fn runs on the interrupter; 2 fn runs on the
+ * which spin must refute): 1 fn runs on the abandoner; 2 fn runs on the
  * registrant (the interrupt came first); 3 fanout_complete returns
- * -EALREADY; 4 the runner's re-check finishes a child the abandoner's
- * walk missed; 5 on_cancel returns -EALREADY after it set CB (an
- * abandon slipped between its CAS and its RUN claim).
+ * -EALREADY; 4 fanout_defer's re-check finishes a child the abandoner's
+ * walk missed; 5 on_cancel's RUN claim finds the child abandoned after
+ * its fetch_or of CB (the FIX=1 -EALREADY).
  *
  * Sizes: NS sync children (1), ND deferred (1), A abandoners (1), REG
  * who registers the callback (1 the child's fn, 2 the completer).
@@ -101,9 +108,9 @@
  * Variants (spin -DBUG=n -a pending_finish.pml):
  *   (none)  the protocol above: must verify with errors: 0.
  *   BUG=1   fanout_complete tests DONE with a plain load and then stores
- *           DONE (no CAS): it and an abandoner both "win", remaining is
- *           decremented twice (underflow, two events).
- *   BUG=2   the runner skips the post-push re-check of ABANDON: an
+ *           DONE (no CAS): it and an abandoner both "win", the slot is
+ *           written twice and remaining decremented twice.
+ *   BUG=2   fanout_defer skips the re-check of ABANDON after the push: an
  *           abandoner whose head load came before the push never finishes
  *           p, and the join waits for a completer that may never come.
  *   BUG=3   on_cancel does not re-check the cancel word after setting CB:
@@ -111,14 +118,17 @@
  *           callback, and the completer waiting for it hangs.
  *   BUG=4   the interrupter claims RUN with a plain load + store (no
  *           CAS): the callback runs twice.
- *   LEAD0   the runner's re-check abandons without the callback step:
- *           an fn registered before the interrupt (registration saw no
- *           INTERRUPT, returned 0) never runs when the re-check's DONE
- *           beats the abandoner's walk to the child: the completer that
- *           waits for the callback hangs.
- *   REG_RET0  on_cancel returns 0 when its RUN claim finds the child
- *           abandoned (DONE, no RUN): the callback never runs, the caller
- *           was told it would: the waiting completer hangs.
+ *   LATE=1  the re-check is made by the runner after fn returned (the
+ *           first sketch of the protocol), i.e. after fn registered its
+ *           callback, and abandons without the callback step: an fn
+ *           registered before the interrupt (registration saw no INTERRUPT
+ *           and returned 0) never runs when the re-check's DONE beats the
+ *           abandoner's walk to p.  LATE=2, a late re-check that first
+ *           runs the callback step as the abandoner does, verifies; the
+ *           code re-checks inside fanout_defer, before p can have a
+ *           callback, and needs no callback step there.
+ *   FIX=0   on_cancel as lib/pending.c has it at 3e7e328: returns 0 when
+ *           its RUN claim finds the child abandoned (see above).
  */
 
 #ifndef NS
@@ -136,6 +146,13 @@
 #endif
 #ifndef BUG
 #define BUG 0
+#endif
+#ifndef LATE
+#define LATE 0         /* 1, 2: the re-check after fn returns (see above) */
+#endif
+#ifndef FIX
+#define FIX 1          /* on_cancel: -EALREADY when its RUN claim finds the
+                          child abandoned; 0 = lib/pending.c at 3e7e328 */
 #endif
 #ifndef REACH
 #define REACH 0        /* non-vacuity: -DREACH=n asserts that path n is
@@ -171,11 +188,12 @@ bool abandoned = 0;    /* some abandoner set ABANDON */
 
 byte result[NT];       /* times result slot j was written */
 byte st[ND];           /* p[i]->state */
-bool created[ND];      /* fanout_defer(p[i]) done (and pushed) */
+bool created[ND];      /* p[i] allocated and pushed */
+bool handed[ND];       /* fanout_defer returned p[i]: the completer has it */
 byte prefs[ND];
 byte pfreed[ND];       /* times p[i] was freed */
 byte wins[ND];         /* DONE CAS winners for p[i] */
-byte lib_fin[ND];      /* ... of which the library (abandon, re-check) */
+byte lib_fin[ND];      /* ... of which the library (abandoner, re-check) */
 byte cbruns[ND];       /* times p[i]'s callback ran */
 bool kick[ND];         /* the callback told the operation to stop */
 byte regret[ND];       /* on_cancel's answer (R_*) */
@@ -248,7 +266,7 @@ inline join_sub(k, old)
 
 /* CAS(st, s, s | DONE) if !(s & DONE); the winner writes the slot and
  * counts in the join.  won: 1 if this call won; lib: 0 fanout_complete,
- * 1 an abandoner, 2 the runner's re-check. */
+ * 1 an abandoner, 2 fanout_defer's re-check. */
 inline finish(i, won, old, lib)
 {
 	d_step {
@@ -286,11 +304,10 @@ inline callback(i)
 	}
 }
 
-/* The interrupter's step for one pending child: if a callback is
- * registered, not run and the child not finished, claim RUN (CAS) and run
- * it.  Every library finisher (abandoner, and the runner's re-check) does
- * this just before its finish(), so an abandoned child's operation is
- * still told to stop. */
+/* maybe_run_cb, the interrupter's step for one pending child: if a
+ * callback is registered, not run and the child not finished, claim RUN
+ * (CAS) and run it; an abandoner does it before abandoning, so that an
+ * abandoned child's operation is still told to stop. */
 inline cb_step(i, claimed, s, who)
 {
 #if BUG == 4
@@ -323,48 +340,66 @@ inline cb_step(i, claimed, s, who)
 }
 
 /* fanout_pending_on_cancel(p[i], fn) */
-inline register(i, r, claimed)
+inline register(i, r, claimed, held)
 {
+	/* fetch_or(st, CB), seq_cst, inside an RCU read section: if the
+	 * child was not finished at the RMW, the record cannot be freed
+	 * before the section ends (modelled as a reference held meanwhile) */
 	d_step {
 		assert(!pfreed[i]);
+		claimed = 0;
+		held = 0;
 		if
-		:: st[i] & CB -> r = 3                  /* -EBUSY: not reached */
-		:: else -> if
-			:: st[i] & DONE -> r = R_ALREADY
-			:: else -> st[i] = st[i] | CB; r = R_OK
-			fi
-		fi
+		:: st[i] & DONE -> r = R_ALREADY
+		:: else -> r = R_OK; assert(!recfreed); recrefs++; held = 1
+		fi;
+		st[i] = st[i] | CB
 	};
 #if BUG != 3
 	if
 	:: r == R_OK && (cancel & INTR) ->      /* seq_cst load */
-		d_step {        /* CAS set RUN if !RUN && !DONE */
+		d_step {        /* CAS set RUN while !RUN && !DONE */
+			assert(!recfreed);
 			claimed = 0;
 			if
 			:: !(st[i] & (RUN | DONE)) ->
 				st[i] = st[i] | RUN; claimed = 1;
 				reached(2)      /* fn on the registrant */
-#ifndef REG_RET0
 			:: (st[i] & DONE) && !(st[i] & RUN) ->
-				r = R_ALREADY;  /* abandoned first: no fn */
-				reached(5)
-#endif
+				reached(5);     /* abandoned since the fetch_or */
+				if
+				:: FIX -> r = R_ALREADY /* fn will not run */
+				:: else
+				fi
 			:: else
 			fi
-		};
-		if
-		:: claimed -> callback(i)
-		:: else
-		fi
+		}
 	:: else
 	fi;
 #endif
+	if
+	:: held -> rec_put()                   /* rcu_read_unlock */
+	:: else
+	fi;
+	if
+	:: claimed -> callback(i)               /* after the unlock */
+	:: else
+	fi;
 	regret[i] = r
+}
+
+/* fanout_defer's re-check after the push (seq_cst load of cancel) */
+inline recheck(j, won, old)
+{
+	if
+	:: (cancel & ABAN) && !(cancel & FINAL) -> finish(j, won, old, 2)
+	:: else
+	fi
 }
 
 proctype runner()
 {
-	byte j, done = 0, won, r, claimed;
+	byte j, done = 0, won, r, claimed, held;
 	short old;
 
 	j = 0;
@@ -390,19 +425,19 @@ proctype runner()
 				prefs[j] = 2;
 				listed = listed | (1 << j)
 			};
+#if BUG != 2 && LATE == 0
+			recheck(j, won, old);
+#endif
+			handed[j] = 1;          /* fanout_defer returned p */
 #if REG == 1
-			register(j, r, claimed);
+			register(j, r, claimed, held);
 #endif
-			/* fn returned -EINPROGRESS */
-#if BUG != 2
-			if
-			:: cancel & ABAN ->             /* seq_cst load */
-#ifndef LEAD0
-				cb_step(j, claimed, won, 0);
+			/* fn returns -EINPROGRESS */
+#if LATE == 2
+			cb_step(j, claimed, r, 0);
 #endif
-				finish(j, won, old, 2)
-			:: else
-			fi
+#if LATE != 0
+			recheck(j, won, old);
 #endif
 		fi;
 		j++
@@ -465,22 +500,26 @@ out:
 
 proctype completer(byte i)
 {
-	byte won, r, claimed, s;
+	byte won, r, claimed, held, s;
 	short old;
 
 	if
-	:: created[i]
-	:: run_exit && !created[i] -> goto out  /* child skipped: no p */
+	:: handed[i]
+	:: run_exit && !handed[i] -> goto out   /* child skipped: no p */
 	fi;
 	if
 	:: skip                                 /* races: completes any time */
 	:: skip ->                              /* ends only on the cancel */
 #if REG == 2
-		register(i, r, claimed);
+		register(i, r, claimed, held);
 #endif
 		(kick[i] || regret[i] == R_ALREADY)
 	fi;
 	/* fanout_complete(p[i]) */
+	if
+	:: st[i] & DONE -> won = 0; goto put   /* acquire load: -EALREADY */
+	:: else
+	fi;
 #if BUG == 1
 	assert(!pfreed[i]);
 	s = st[i];                              /* plain load ... */
@@ -496,6 +535,7 @@ proctype completer(byte i)
 #else
 	finish(i, won, old, 0);
 #endif
+put:	skip;
 	/* -EALREADY only when the library finished it */
 	d_step {                                /* drop the completer's ref */
 		assert(won || lib_fin[i] == 1);
