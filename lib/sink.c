@@ -6,7 +6,7 @@
  * Which operations may run concurrently on ONE sink:
  *
  *                     publish  poll/wait  sink_fd  destroy
- *   publish (finaliser) yes     yes        yes      no (pending > 0 => -EBUSY)
+ *   publish (finaliser) yes     yes        yes      no (unpublished => -EBUSY)
  *   fanout_poll/wait    yes     -EBUSY     yes      no
  *   fanout_sink_fd      yes     yes        yes      no
  *   fanout_sink_destroy no      no         no       no
@@ -25,13 +25,27 @@
  * publish enqueues, then fq_ec_signal bumps the sequence and wakes if anyone
  * announced.  No lost wakeup.
  *
- * Destroy.  `pending` counts accepted delegations that will publish here
- * (not kept for the default sink, which fanout_sink_destroy refuses).
- * A publisher drops its unit before it enqueues, but it does all of its
- * publishing inside the RCU read lock; fanout_sink_destroy() only unlinks
- * the sink and hands it to call_rcu, whose callback drains and frees it
- * after the grace period, when no publisher can still be inside.  So a
- * consumer that took the last event may destroy the sink at once.
+ * Back-pressure.  `untaken` counts accepted delegations whose event has
+ * not been taken: dispatch adds 1 before it accepts (fanout__sink_hold,
+ * refusing at max_pending with nothing else taken yet), take() subtracts 1
+ * when poll/wait hands the event out.  So the records a sink can hold -
+ * running, or finished and queued - never exceed max_pending, whoever
+ * drains it or not (README, "Memory").  One RMW per dispatch and one per
+ * take, both on the sink's own back-pressure line; the publishing worker
+ * touches no count at all.
+ *
+ * Destroy.  The delegations that will still publish here are the untaken
+ * ones not queued yet: fanout_sink_destroy() counts the queue and refuses
+ * (-EBUSY) while that is fewer than `untaken`.  Both figures are stable
+ * against the caller (destroy must not race dispatches to or takes from
+ * this sink, so those happen before it), and the queue only grows, so a
+ * count that reaches `untaken` means every publisher has at least done its
+ * enqueue.  It does the rest of its publishing (signal, eventfd) inside
+ * the RCU read lock, and fanout_sink_destroy() only unlinks the sink and
+ * hands it to call_rcu, whose callback drains and frees it after the grace
+ * period, when no publisher can still be inside.  So a consumer that took
+ * the last event may destroy the sink at once, and queued events nobody
+ * took are freed with it.
  *
  * eventfd.  `armed` means "the eventfd is readable, or a write is on its
  * way".  Only the consumer disarms, and it reads (clears) the eventfd
@@ -100,11 +114,13 @@ int fanout__sink_new(struct fanout_engine *e, bool is_default,
 	}
 	cds_wfcq_init(&s->head, &s->tail);
 	fq_ec_init(&s->ec);
-	atomic_init(&s->pending, 0);
+	atomic_init(&s->untaken, 0);
+	s->max_pending = e->cfg.max_pending;
 	atomic_init(&s->fd_used, false);
 	atomic_init(&s->armed, false);
 	atomic_init(&s->busy, false);
 	s->e = e;
+	s->fork_gen = e->fork_gen;
 	s->is_default = is_default;
 	cds_lfht_node_init(&s->node);
 	fanout__read_lock();
@@ -146,12 +162,10 @@ static void arm(struct fanout_sink *s)
 
 void fanout__sink_publish(struct fanout_sink *s, struct record *rec)
 {
-	/* release: pairs with fanout_sink_destroy's acquire read.  Dropping
-	 * `pending` first is safe because the caller (the finaliser) holds
-	 * the RCU read lock: a sink destroyed from now on is drained and freed
-	 * only after a grace period, i.e. after this publish has finished. */
-	if (!s->is_default) /* the default sink keeps no count (dispatch) */
-		atomic_fetch_sub_explicit(&s->pending, 1, memory_order_release);
+	/* The caller (the finaliser) holds the RCU read lock: a sink that
+	 * fanout_sink_destroy() lets go once this enqueue is visible is
+	 * drained and freed only after a grace period, i.e. after this
+	 * publish has finished. */
 	FQ_HANDOFF_RELEASE(rec);
 	cds_wfcq_enqueue(&s->head, &s->tail, &rec->qnode);
 	/* full barrier (seq_cst RMW) between the enqueue and the reads of
@@ -176,6 +190,7 @@ static struct record *take(struct fanout_sink *s)
 		return NULL;
 	rec = caa_container_of(node, struct record, qnode);
 	FQ_HANDOFF_ACQUIRE(rec);
+	fanout__sink_unhold(s); /* the event is taken: its place is free */
 	/* release: the finaliser may not have stored FINISHED yet; a lookup
 	 * after we hand the event out must see it finished (join.c, finalise). */
 	atomic_store_explicit(&rec->state, REC_FINISHED, memory_order_release);
@@ -214,6 +229,8 @@ int fanout_poll(struct fanout_sink *s, struct fanout_event **ev)
 
 	if (!s || !ev)
 		return -EINVAL;
+	if (fanout__inherited(s->fork_gen))
+		return -EOWNERDEAD; /* see fanout.h, "Fork" */
 	if (!enter(s))
 		return -EBUSY;
 	rec = take(s);
@@ -243,8 +260,8 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 
 	if (!s || !ev)
 		return -EINVAL;
-	if (timeout_ms == 0)
-		return fanout_poll(s, ev);
+	if (timeout_ms == 0 || fanout__inherited(s->fork_gen))
+		return fanout_poll(s, ev); /* which refuses an inherited s */
 	if (!enter(s))
 		return -EBUSY;
 	rec = take(s); /* the common case under load: no clock read at all */
@@ -325,6 +342,10 @@ int fanout_sink_fd(struct fanout_sink *s)
 {
 	if (!s)
 		return -EINVAL;
+	/* The eventfd is shared with the parent: reading it here would steal
+	 * the parent's wakeups. */
+	if (fanout__inherited(s->fork_gen))
+		return -EOWNERDEAD;
 	/* relaxed: only a shortcut; the seq_cst store below is the real
 	 * publication, and storing true twice is harmless. */
 	if (!atomic_load_explicit(&s->fd_used, memory_order_relaxed)) {
@@ -353,6 +374,8 @@ int fanout_sink_create(struct fanout_engine *e, struct fanout_sink **out)
 {
 	if (!e || !out)
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
 	/* acquire: pairs with the seq_cst exchange in fanout_shutdown(); a
 	 * sink created concurrently with shutdown is harmless either way. */
 	if (atomic_load_explicit(&e->shutting, memory_order_acquire))
@@ -390,16 +413,61 @@ static void sink_unlink(struct fanout_sink *s)
 	FQ_HANDOFF_RELEASE(s);
 }
 
+/* Events queued in @s now.  Iterating needs only what dequeue needs
+ * (no concurrent consumer: destroy does not race poll/wait); enqueues may
+ * run alongside, the "blocking" next waits out a half-linked one. */
+static uint32_t queued(struct fanout_sink *s)
+{
+	struct cds_wfcq_node *node;
+	uint32_t n = 0;
+
+	__cds_wfcq_for_each_blocking(&s->head, &s->tail, node) n++;
+	return n;
+}
+
 int fanout_sink_destroy(struct fanout_sink *s)
 {
+	uint32_t untaken;
+
 	if (!s || s->is_default)
 		return -EINVAL;
-	/* acquire: pairs with the release decrement at the end of publish. */
-	if (atomic_load_explicit(&s->pending, memory_order_acquire))
-		return -EBUSY;
+	if (fanout__inherited(s->fork_gen))
+		return -EOWNERDEAD; /* fanout_destroy() frees it */
+	/* relaxed: the dispatches and takes that changed it happen before
+	 * this call (see "Destroy" above); only publishers run alongside, and
+	 * they do not touch it. */
+	untaken = atomic_load_explicit(&s->untaken, memory_order_relaxed);
+	if (untaken && queued(s) < untaken)
+		return -EBUSY; /* some accepted delegation will still publish */
 	sink_unlink(s);
 	call_rcu(&s->rcu, sink_free_rcu);
 	return 0;
+}
+
+/* For fanout_describe_error(): how many sinks of @e are at max_pending
+ * now, and whether the default sink is one of them.  A figure for a human
+ * (relaxed loads, under the read lock that keeps the sinks alive). */
+unsigned fanout__sinks_full(struct fanout_engine *e, bool *default_full)
+{
+	struct cds_lfht_iter iter;
+	struct cds_lfht_node *node;
+	struct fanout_sink *s;
+	unsigned n = 0;
+
+	*default_full = false;
+	fanout__read_lock();
+	fanout__lfht_for_each(e->sinks, &iter, node) {
+		s = caa_container_of(node, __typeof__(*s), node);
+		FQ_HANDOFF_ACQUIRE(s);
+		if (atomic_load_explicit(&s->untaken, memory_order_relaxed) <
+		    s->max_pending)
+			continue;
+		n++;
+		if (s->is_default)
+			*default_full = true;
+	}
+	fanout__read_unlock();
+	return n;
 }
 
 int fanout__sinks_init(struct fanout_engine *e)
