@@ -286,6 +286,7 @@ struct kid {
 	bool deferred;
 	int pend_code;
 	atomic_int pend_calls, pend_rc, cb_runs, hurry;
+	atomic_int reg_rc; /* fanout_pending_on_cancel's answer; 1 = none */
 	int ev_code, ev_status;
 	atomic_int ev_seen;
 	atomic_int tree_intr; /* O_TREE: the inner run was all interrupted */
@@ -712,6 +713,7 @@ static int defer_child(struct fanout_child *c, struct tracker *tr, unsigned i,
 		       (h >> 13) % 8 == 1 ? -ECANCELED :
 					    0;
 	k->ret = -EINPROGRESS;
+	atomic_store(&k->reg_rc, 1);
 	p = fanout_defer(c);
 	if (!p) {
 		violation("fanout_defer: %d", errno);
@@ -727,6 +729,7 @@ static int defer_child(struct fanout_child *c, struct tracker *tr, unsigned i,
 	if ((h >> 16) & 1) {
 		rc = fanout_pending_on_cancel(p, pend_cb, k);
 		VCHECK(rc == 0 || rc == -EALREADY, "on_cancel: %d", rc);
+		atomic_store(&k->reg_rc, rc);
 		if (rc == 0)
 			add(&c_cb_regs, 1);
 		rc = fanout_pending_on_cancel(p, pend_cb, k);
@@ -1834,6 +1837,14 @@ static void check_pending_ledger(struct epoch *ep)
 			VCHECK(atomic_load(&k->cb_runs) <= 1,
 			       "callback ran %d times",
 			       atomic_load(&k->cb_runs));
+			/* registered (0), then abandoned by the library: the
+			 * abandon is an interrupt, so the callback ran */
+			VCHECK(!(atomic_load(&k->reg_rc) == 0 &&
+				 rc == -EALREADY &&
+				 atomic_load(&k->pend_calls) == 1) ||
+				       atomic_load(&k->cb_runs) == 1,
+			       "on_cancel returned 0 and the child was "
+			       "abandoned, but its callback never ran");
 			if (atomic_load(&k->pend_calls) != 1 ||
 			    !atomic_load(&k->ev_seen))
 				continue; /* (or event left to fanout_destroy) */
