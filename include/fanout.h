@@ -203,7 +203,9 @@ struct fanout_pending;
 
 /**
  * enum fanout_status - state of a child, a delegation or an event.
- * @FANOUT_PENDING:     (child, in listings) not started yet.
+ * @FANOUT_PENDING:     not produced by this version (listings say
+ *                      FANOUT_RUNNING from dispatch to the event); kept
+ *                      so that code naming it still compiles.
  * @FANOUT_RUNNING:     (delegation, in listings) children still running.
  * @FANOUT_COMPLETED:   child returned 0; event: at least one child completed.
  * @FANOUT_ERROR:       child returned a negative errno other than
@@ -1015,7 +1017,11 @@ FANOUT_API int fanout_poll(struct fanout_sink *s, struct fanout_event **ev);
  * helps: no hand-off to another thread, and the CPU a waiter would spin on
  * does the work.  It runs one chunk of a delegation at a time (at most 256
  * children, about 1/8 of a runner's share) and puts the rest back for the
- * workers, so it looks at its own sink again between chunks.  Use it when
+ * workers, so it looks at its own sink again between chunks.  Two cases
+ * take longer: when the ring has no room to put the rest back (every
+ * credit taken by concurrent dispatches), it runs the rest of that
+ * delegation itself; and a delegation whose children defer is run until
+ * its children are started or wait for a max_children place.  Use it when
  * the waiting thread has nothing better to do and holds no lock a child
  * might take.  The timeout is checked between chunks, so a wait may overrun
  * it by the time one chunk takes; while it runs a child, the sink stays

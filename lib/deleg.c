@@ -32,8 +32,7 @@
 
 static int reject(struct fanout_engine *e, int err)
 {
-	/* relaxed: a statistic */
-	atomic_fetch_add_explicit(&e->st_rejected, 1, memory_order_relaxed);
+	fanout__stat_add(&e->st_rejected, 1);
 	FANOUT_PROBE_REJECT(err);
 	return err;
 }
@@ -120,6 +119,7 @@ static void rec_link(struct record *rec, const struct fanout_batch *b,
 {
 	if (o->parent) {
 		rec->parent_id = o->parent->id;
+		rec->parent_engine = o->parent->e->serial;
 		/* relaxed: ordered before our re-check by its seq_cst fence
 		 * (recheck); see "Tree" in tree.c. */
 		atomic_store_explicit(&o->parent->has_kids, true,
@@ -247,8 +247,7 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	 * handoff in fq_submit is the release that publishes this store). */
 	if (idp)
 		*idp = id;
-	atomic_fetch_add_explicit(&e->st_dispatched, 1,
-				  memory_order_relaxed); /* stat */
+	fanout__stat_add(&e->st_dispatched, 1);
 	rec_link(rec, b, &o);
 	fanout__read_lock();
 	fanout__table_insert(e, rec);
@@ -312,8 +311,7 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	/* refs: table + event (returned to the caller) + caller + tokens. */
 	atomic_init(&rec->refs, 3 + extra);
 	rec->chunk = fanout__chunk_for(b->ntasks, extra + 1);
-	atomic_fetch_add_explicit(&e->st_runs, 1,
-				  memory_order_relaxed); /* stat */
+	fanout__stat_add(&e->st_runs, 1);
 	rec_link(rec, b, &o);
 	fanout__read_lock();
 	fanout__table_insert(e, rec);
@@ -345,6 +343,11 @@ int fanout_delegate(struct fanout_engine *e, const struct fanout_batch *b,
 			return FANOUT_BACKGROUND;
 		if (err != -EBUSY)
 			return err;
+		/* The refusal is answered inline: count what happens next (a
+		 * run, or the run's own refusal), not a rejection.  relaxed:
+		 * a statistic, as in fanout__stat_add. */
+		atomic_fetch_sub_explicit(&e->st_rejected, 1,
+					  memory_order_relaxed);
 		err = fanout_run(e, b, evp);
 		if (err)
 			return err;

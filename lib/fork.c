@@ -6,7 +6,7 @@
  * WHY IT IS CORRECT
  *
  * What fork() leaves.  Only the forking thread exists in the child.  Every
- * engine's workers, liburcu's call_rcu thread and the cds_lfht resize
+ * engine's workers, liburcu's call_rcu thread and the (unused here) cds_lfht resize
  * workqueue thread are gone, but their memory (queues, locks, registry
  * entries of dead readers) is copied as it was.  Without help, the child's
  * first rcu_barrier() (every fanout_destroy) queues work for a call_rcu
@@ -113,18 +113,16 @@ int fanout__fork_init(void)
 /* fanout_destroy() of an inherited engine, sinks part: see above. */
 void fanout__fork_forget_sinks(struct fanout_engine *e)
 {
-	struct cds_lfht_iter iter;
-	struct cds_lfht_node *node;
+	struct cds_list_head *pos, *next;
 	struct cds_wfcq_node *qn;
 	struct fanout_sink *s;
 
-	if (!e->sinks)
-		return;
-	fanout__read_lock();
-	fanout__lfht_for_each(e->sinks, &iter, node) {
-		s = caa_container_of(node, __typeof__(*s), node);
+	/* Nothing of the engine runs in this process: a plain walk. */
+	cds_list_for_each_safe(pos, next, &e->sinks)
+	{
+		s = caa_container_of(pos, struct fanout_sink, node);
 		FQ_HANDOFF_ACQUIRE(s);
-		cds_lfht_del(e->sinks, &s->node);
+		cds_list_del(&s->node);
 		while ((qn = __cds_wfcq_dequeue_nonblocking(&s->head,
 							    &s->tail)) &&
 		       qn != CDS_WFCQ_WOULDBLOCK) {
@@ -138,7 +136,4 @@ void fanout__fork_forget_sinks(struct fanout_engine *e)
 		cds_wfcq_destroy(&s->head, &s->tail);
 		fanout__free(s, sizeof(*s));
 	}
-	fanout__read_unlock();
-	cds_lfht_destroy(e->sinks, NULL);
-	e->sinks = NULL;
 }

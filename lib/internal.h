@@ -20,7 +20,6 @@
 #define _LGPL_SOURCE
 #endif
 #include <urcu-bp.h>
-#include <urcu/rculfhash.h>
 #include <urcu/rculist.h>
 #include <urcu/wfcqueue.h>
 
@@ -45,13 +44,6 @@ extern int fanout__rcu_token;
 		FQ_HANDOFF_RELEASE(&fanout__rcu_token);                        \
 		rcu_read_unlock();                                             \
 	} while (0)
-
-/* Iterate a cds_lfht without liburcu's for_each_entry, whose container_of
- * on the terminating NULL is undefined behaviour (UBSan flags it). */
-#define fanout__lfht_for_each(ht, iter, node)                                  \
-	for (cds_lfht_first((ht), (iter));                                     \
-	     ((node) = cds_lfht_iter_get_node(iter)) != NULL;                  \
-	     cds_lfht_next((ht), (iter)))
 
 /* Which result strings of a child were allocated by fanout_set_*(). */
 #define OWN_ERROR 0x1u
@@ -164,9 +156,10 @@ struct record {
 	const char *session_key;
 	void *user;
 	fanout_id parent_id; /* I: record whose child started this one, or 0 */
-	uint64_t deadline;   /* I: absolute, fq_now_ns(); 0 = none */
-	unsigned join;	     /* I: FANOUT_JOIN_* */
-	unsigned quorum;     /* I: completed children that end a QUORUM */
+	uint64_t parent_engine; /* I: that record's engine's serial */
+	uint64_t deadline;	/* I: absolute, fq_now_ns(); 0 = none */
+	unsigned join;		/* I: FANOUT_JOIN_* */
+	unsigned quorum;	/* I: completed children that end a QUORUM */
 	struct record *dl_next; /* A: the timer's inbox link (timer.c) */
 	/* A: a child of this record started a delegation (the cancel tree
 	 * scans for it only then; see tree.c). */
@@ -187,7 +180,6 @@ struct record {
 	_Atomic uint32_t places; /* A: children holding a max_children place */
 	_Atomic uint32_t parked; /* A: tokens waiting for a place */
 	_Atomic uint32_t ncompleted; /* A: completed children (QUORUM) */
-	struct cds_lfht_node node;   /* table linkage (liburcu) */
 	struct rcu_head rcu;	     /* deferred free */
 	struct cds_wfcq_node qnode;  /* sink linkage */
 	uint64_t finish_seq;	     /* F: position among finished records */
@@ -220,7 +212,7 @@ struct fanout_sink {
 	uint32_t fork_gen;	   /* I: fanout__fork_gen at creation */
 	int efd;		   /* I */
 	bool is_default;	   /* I */
-	struct cds_lfht_node node; /* in e->sinks */
+	struct cds_list_head node; /* in e->sinks: RCU list, tree.c lock */
 	struct rcu_head rcu;
 
 	/* Back-pressure (sink.c): touched by dispatchers and the consumer -
@@ -237,7 +229,7 @@ struct fanout_engine {
 	struct fanout_config cfg;
 	struct fq *q;
 	struct fanout_table *table; /* records by id (table.c) */
-	struct cds_lfht *sinks;	    /* sinks by address */
+	struct cds_list_head sinks; /* A: RCU list; writers: tree.c lock */
 	struct fanout_sink *default_sink;
 	_Atomic(struct record *) *kept;	      /* A: cfg.keep_completed slots */
 	_Atomic uint64_t *st_worker_children; /* I pointer; per worker, W */
@@ -273,6 +265,7 @@ struct fanout_engine {
 
 	/* Every engine, for the cancel tree (tree.c). */
 	struct cds_list_head engines_node;
+	uint64_t serial; /* I: unique per process, never reused (tree.c) */
 
 	/* Large record blocks kept for reuse (alloc.c): taken by dispatch,
 	 * given back by the call_rcu callbacks that free records. */
@@ -402,6 +395,17 @@ static inline uint64_t fanout__double_to_bits(double d)
 		double d;
 	} v = {.d = d};
 	return v.u;
+}
+
+/*
+ * Bump a statistic of fanout_stats().  relaxed: counters only; nothing is
+ * read through them, each is exact once the engine is quiet, and the one
+ * ordering stats promise (completed <= dispatched + runs) comes from the
+ * release increment of st_completed in finalise (join.c).
+ */
+static inline void fanout__stat_add(_Atomic uint64_t *counter, uint64_t n)
+{
+	atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
 }
 
 /* Add a finished child's cost to the record's running sum (lookup). */

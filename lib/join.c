@@ -151,7 +151,9 @@ static void finalise(struct record *rec)
 	ev->ninterrupted = ni;
 	ev->cancelled = (cancel & CANCEL_BY_CALLER) != 0;
 	ev->timed_out = (cancel & CANCEL_TIMEDOUT) != 0;
-	ev->interrupted_by_policy = (cancel & CANCEL_POLICY) != 0;
+	/* Only when the policy stopped something: a quorum reached by the
+	 * last child interrupted nothing. */
+	ev->interrupted_by_policy = (cancel & CANCEL_POLICY) && ni;
 	if (nc) {
 		ev->status = FANOUT_COMPLETED;
 		ev->error = NULL;
@@ -415,9 +417,8 @@ static void runner_done(struct record *rec, struct progress_slot *prog,
 	struct fanout_engine *e = rec->e;
 	int self;
 
-	if (t->skipped) /* relaxed: a statistic */
-		atomic_fetch_add_explicit(&e->st_skipped, t->skipped,
-					  memory_order_relaxed);
+	if (t->skipped)
+		fanout__stat_add(&e->st_skipped, t->skipped);
 	self = fq_self(e->q);
 	if (self >= 0) {
 		_Atomic uint64_t *cnt = &e->st_worker_children[self];
@@ -427,9 +428,8 @@ static void runner_done(struct record *rec, struct progress_slot *prog,
 			atomic_load_explicit(cnt, memory_order_relaxed) +
 				t->ran,
 			memory_order_relaxed);
-	} else if (t->ran) { /* relaxed: a statistic */
-		atomic_fetch_add_explicit(&e->st_helper_children, t->ran,
-					  memory_order_relaxed);
+	} else if (t->ran) {
+		fanout__stat_add(&e->st_helper_children, t->ran);
 	}
 	if (!t->done)
 		return;
@@ -620,8 +620,11 @@ void fanout__run_token(struct fq_work *w)
  * chunk counts in the join, so the record cannot finish (and the engine
  * cannot stop its queue) under that submit; we hold a reference of our
  * own meanwhile, since the token's travels with it.  The helper takes no
- * progress slot: lookup counts its chunk once it is subtracted.  A record
- * whose children defer is left to the workers (places, parking).
+ * progress slot: lookup counts its chunk once it is subtracted.  Two
+ * cases run more than one chunk here: no ring credit to put the token
+ * back with (concurrent dispatches took every one), and a record whose
+ * children defer (their starts are quick; places and parking govern
+ * them); fanout.h says so.
  * Returns false when there was no token to take.
  */
 bool fanout__help_step(struct fanout_engine *e)
@@ -676,9 +679,7 @@ static unsigned claim_rest(struct record *rec, uint32_t cancel)
 	for (i = old; i < n; i++)
 		skip_child(rec, i, cancel);
 	release_parked(rec);
-	/* relaxed: a statistic */
-	atomic_fetch_add_explicit(&rec->e->st_skipped, n - old,
-				  memory_order_relaxed);
+	fanout__stat_add(&rec->e->st_skipped, n - old);
 	fanout__join_sub(rec, n - old);
 	return n - old;
 }
@@ -716,10 +717,8 @@ int fanout__cancel_rec(struct record *rec, unsigned how)
 	if (old & CANCEL_FINAL)
 		return -EALREADY; /* the finaliser already read the bits */
 	FANOUT_PROBE_CANCEL(rec->id, bits);
-	if (!(old & CANCEL_BY_CALLER) &&
-	    (bits & CANCEL_BY_CALLER)) /* relaxed: a statistic */
-		atomic_fetch_add_explicit(&rec->e->st_cancelled, 1,
-					  memory_order_relaxed);
+	if (!(old & CANCEL_BY_CALLER) && (bits & CANCEL_BY_CALLER))
+		fanout__stat_add(&rec->e->st_cancelled, 1);
 	claim_rest(rec, old | bits);
 	if (bits & FANOUT_CANCEL_INTERRUPT) {
 		fanout__pendings_cancel(rec, old | bits);

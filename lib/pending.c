@@ -295,6 +295,13 @@ int fanout_pending_on_cancel(struct fanout_pending *p,
 			       memory_order_acq_rel, memory_order_relaxed))
 			;
 		run = !(s & (PEND_RUN | PEND_DONE));
+		/* Finished (abandoned) between our CB and our RUN claim, with
+		 * nobody running fn: it never will (found by
+		 * tests/models/pending_finish.pml, FIX=0). */
+		if ((s & PEND_DONE) && !(s & PEND_RUN)) {
+			fanout__read_unlock();
+			return -EALREADY;
+		}
 	}
 	fanout__read_unlock();
 	if (run)

@@ -73,16 +73,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-static unsigned long ptr_hash(const void *p)
-{
-	uint64_t x = (uint64_t)(uintptr_t)p;
-
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	return (unsigned long)x;
-}
-
 /* Injection point for fault tests: the k-th eventfd() fails. */
 _Atomic long fanout__fail_eventfd_at;
 
@@ -122,11 +112,10 @@ int fanout__sink_new(struct fanout_engine *e, bool is_default,
 	s->e = e;
 	s->fork_gen = e->fork_gen;
 	s->is_default = is_default;
-	cds_lfht_node_init(&s->node);
-	fanout__read_lock();
 	FQ_HANDOFF_RELEASE(s);
-	cds_lfht_add(e->sinks, ptr_hash(s), &s->node);
-	fanout__read_unlock();
+	fanout__engines_lock(); /* writers of the RCU list: tree.c */
+	cds_list_add_rcu(&s->node, &e->sinks);
+	fanout__engines_unlock();
 	*out = s;
 	return 0;
 }
@@ -251,12 +240,99 @@ static uint64_t spin_end(struct fq *q, uint64_t now, uint64_t deadline)
 	return deadline && end > deadline ? deadline : end;
 }
 
+/*
+ * fanout_wait in steps.  A waiter takes an event if there is one; else, on
+ * a FANOUT_WAIT_HELPS engine at top level, runs one chunk of queued work;
+ * else spins (WAIT_SPIN_CHECKS cheap emptiness checks between clock reads,
+ * until spin_ns is over); else sleeps on the sink's eventcount until an
+ * event is published or the deadline passes.  Each step is a function.
+ */
+#define WAIT_SPIN_CHECKS 64 /* emptiness checks between two clock reads */
+#define WAIT_YIELD_EVERY 8  /* while tokens wait, yield every 8th check */
+
+struct waiter {
+	struct fanout_sink *s;
+	struct fq *q;
+	uint64_t deadline;   /* CLOCK_MONOTONIC ns; 0 = none */
+	uint64_t spin_until; /* spin until then, sleep after */
+	bool helps;	     /* FANOUT_WAIT_HELPS and not inside a child */
+};
+
+static bool sink_empty(struct fanout_sink *s)
+{
+	return cds_wfcq_empty(&s->head, &s->tail);
+}
+
+/* Run one helped chunk.  1: helped (look again); 0: nothing to help with;
+ * -1: the deadline passed meanwhile.  The clock is read only when the
+ * chunk did not publish our event. */
+static int wait_help(struct waiter *w)
+{
+	uint64_t now;
+
+	if (!fanout__help_step(w->s->e))
+		return 0;
+	if (!sink_empty(w->s))
+		return 1;
+	now = fq_now_ns();
+	if (w->deadline && now >= w->deadline)
+		return -1;
+	w->spin_until = spin_end(w->q, now, w->deadline);
+	return 1;
+}
+
+/* Spin a little.  With more runnable threads than CPUs, a waiter must not
+ * keep the worker that would publish its event off the CPU: while tokens
+ * wait in the ring, it yields every WAIT_YIELD_EVERY checks. */
+static void wait_spin(const struct waiter *w)
+{
+	unsigned k;
+
+	for (k = 0; k < WAIT_SPIN_CHECKS && sink_empty(w->s) &&
+		    !(w->helps && fq_pending(w->q));
+	     k++) {
+		if (k % WAIT_YIELD_EVERY == WAIT_YIELD_EVERY - 1 &&
+		    fq_pending(w->q))
+			sched_yield();
+		else
+			fq_spin_relax(k);
+	}
+}
+
+/* Sleep until a publisher signals or the deadline passes (false). */
+static bool wait_sleep(const struct waiter *w)
+{
+	uint32_t v = fq_ec_prepare(&w->s->ec);
+	bool woke = true;
+
+	/* Re-check after announcing ourselves: a publish before the
+	 * announcement is seen here, one after it signals (fq.c). */
+	if (sink_empty(w->s))
+		woke = fq_ec_wait(&w->s->ec, v, w->deadline);
+	fq_ec_done(&w->s->ec);
+	return woke;
+}
+
+/* The deadline passed: one last look, then -ETIMEDOUT. */
+static int wait_timed_out(struct fanout_sink *s, struct fanout_event **ev)
+{
+	struct record *rec = take(s);
+
+	if (!rec)
+		disarm(s);
+	leave(s);
+	if (!rec)
+		return -ETIMEDOUT;
+	*ev = &rec->ev;
+	return 0;
+}
+
 int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 {
-	uint64_t deadline = 0, spin_until, now;
+	struct waiter w = {.s = s};
 	struct record *rec;
-	struct fq *q;
-	bool helps;
+	uint64_t now;
+	int helped;
 
 	if (!s || !ev)
 		return -EINVAL;
@@ -265,75 +341,30 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 	if (!enter(s))
 		return -EBUSY;
 	rec = take(s); /* the common case under load: no clock read at all */
-	if (rec) {
-		leave(s);
-		*ev = &rec->ev;
-		return 0;
-	}
-	q = s->e->q;
+	if (rec)
+		goto out;
+	w.q = s->e->q;
 	/* Helping only at the top level: a child waiting on a sink must not
 	 * grow its stack with unrelated children (see fanout.h). */
-	helps = (s->e->cfg.flags & FANOUT_WAIT_HELPS) && !fanout__current();
-	fq_note_app_cpu(q); /* we are about to spin for an event */
+	w.helps = (s->e->cfg.flags & FANOUT_WAIT_HELPS) && !fanout__current();
+	fq_note_app_cpu(w.q); /* we are about to spin for an event */
 	now = fq_now_ns();
 	if (timeout_ms > 0)
-		deadline = now + (uint64_t)timeout_ms * 1000000ull;
-	spin_until = spin_end(q, now, deadline);
-	for (;;) {
-		uint32_t v;
-
-		rec = take(s);
-		if (rec)
-			break;
-		if (helps && fanout__help_step(s->e)) {
-			/* The chunk may have published our event; the clock
-			 * is read only when it did not. */
-			if (!cds_wfcq_empty(&s->head, &s->tail))
-				continue;
-			now = fq_now_ns();
-			if (deadline && now >= deadline)
-				goto last_look;
-			spin_until = spin_end(q, now, deadline);
+		w.deadline = now + (uint64_t)timeout_ms * 1000000ull;
+	w.spin_until = spin_end(w.q, now, w.deadline);
+	while (!(rec = take(s))) {
+		helped = w.helps ? wait_help(&w) : 0;
+		if (helped < 0)
+			return wait_timed_out(s, ev);
+		if (helped)
 			continue;
-		}
-		if (fq_now_ns() < spin_until) {
-			/* Spin: the cheap emptiness checks, between clock
-			 * reads. */
-			unsigned k;
-
-			for (k = 0;
-			     k < 64 && cds_wfcq_empty(&s->head, &s->tail) &&
-			     !(helps && fq_pending(q));
-			     k++) {
-				if ((k & 7) == 7 && fq_pending(q))
-					sched_yield();
-				else
-					fq_spin_relax(k);
-			}
-			continue;
-		}
-		v = fq_ec_prepare(&s->ec);
-		if (!cds_wfcq_empty(&s->head, &s->tail)) {
-			fq_ec_done(&s->ec);
-			continue;
-		}
-		if (!fq_ec_wait(&s->ec, v, deadline)) {
-			fq_ec_done(&s->ec);
-			goto last_look;
-		}
-		fq_ec_done(&s->ec);
+		if (fq_now_ns() < w.spin_until)
+			wait_spin(&w);
+		else if (!wait_sleep(&w))
+			return wait_timed_out(s, ev);
 	}
+out:
 	leave(s);
-	*ev = &rec->ev;
-	return 0;
-
-last_look: /* the deadline passed: one last look, then -ETIMEDOUT */
-	rec = take(s);
-	if (!rec)
-		disarm(s);
-	leave(s);
-	if (!rec)
-		return -ETIMEDOUT;
 	*ev = &rec->ev;
 	return 0;
 }
@@ -407,9 +438,9 @@ static void sink_free_rcu(struct rcu_head *head)
 
 static void sink_unlink(struct fanout_sink *s)
 {
-	fanout__read_lock();
-	cds_lfht_del(s->e->sinks, &s->node);
-	fanout__read_unlock();
+	fanout__engines_lock(); /* writers of the RCU list: tree.c */
+	cds_list_del_rcu(&s->node);
+	fanout__engines_unlock();
 	FQ_HANDOFF_RELEASE(s);
 }
 
@@ -449,15 +480,15 @@ int fanout_sink_destroy(struct fanout_sink *s)
  * (relaxed loads, under the read lock that keeps the sinks alive). */
 unsigned fanout__sinks_full(struct fanout_engine *e, bool *default_full)
 {
-	struct cds_lfht_iter iter;
-	struct cds_lfht_node *node;
+	struct cds_list_head *pos;
 	struct fanout_sink *s;
 	unsigned n = 0;
 
 	*default_full = false;
 	fanout__read_lock();
-	fanout__lfht_for_each(e->sinks, &iter, node) {
-		s = caa_container_of(node, __typeof__(*s), node);
+	cds_list_for_each_rcu(pos, &e->sinks)
+	{
+		s = caa_container_of(pos, struct fanout_sink, node);
 		FQ_HANDOFF_ACQUIRE(s);
 		if (atomic_load_explicit(&s->untaken, memory_order_relaxed) <
 		    s->max_pending)
@@ -472,31 +503,26 @@ unsigned fanout__sinks_full(struct fanout_engine *e, bool *default_full)
 
 int fanout__sinks_init(struct fanout_engine *e)
 {
-	e->sinks = cds_lfht_new_flavor(16, 16, 0, CDS_LFHT_AUTO_RESIZE,
-				       &urcu_bp_flavor, NULL);
-	return e->sinks ? 0 : -ENOMEM;
+	CDS_INIT_LIST_HEAD(&e->sinks);
+	return 0;
 }
 
 /* Engine destroy: quiescent, every event published. */
 void fanout__sinks_destroy(struct fanout_engine *e)
 {
-	struct cds_lfht_iter iter;
-	struct cds_lfht_node *node;
+	struct cds_list_head *pos, *next;
 	struct fanout_sink *s;
 
-	if (!e->sinks)
-		return;
-	fanout__read_lock();
-	fanout__lfht_for_each(e->sinks, &iter, node) {
-		s = caa_container_of(node, __typeof__(*s), node);
+	/* Quiescent engine: nobody publishes, and no reader walks the list
+	 * (fanout_describe_error is a call on the engine, which must not
+	 * race its destroy); free synchronously so the records the sinks
+	 * release are queued before rcu_barrier. */
+	cds_list_for_each_safe(pos, next, &e->sinks)
+	{
+		s = caa_container_of(pos, struct fanout_sink, node);
 		FQ_HANDOFF_ACQUIRE(s);
-		/* Quiescent engine: nobody publishes; free synchronously so
-		 * the records it releases are queued before rcu_barrier. */
 		sink_unlink(s);
 		drain_and_close(s);
 		fanout__free(s, sizeof(*s));
 	}
-	fanout__read_unlock();
-	cds_lfht_destroy(e->sinks, NULL);
-	e->sinks = NULL;
 }

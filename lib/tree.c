@@ -5,8 +5,9 @@
  * WHY IT IS CORRECT
  *
  * Links.  A delegation started from inside a child (or with
- * fanout_batch.within) stores its parent record's id in `parent_id`, and
- * marks the parent `has_kids`.  No pointer goes from parent to child or
+ * fanout_batch.within) stores its parent record's id in `parent_id` and
+ * that record's engine's serial in `parent_engine` (ids are unique per
+ * engine only), and marks the parent `has_kids`.  No pointer goes from parent to child or
  * back, so no lifetime ties records of different engines together.
  *
  * Walk.  Interrupting a record R that has kids scans the records of every
@@ -55,7 +56,10 @@ void fanout__engines_unlock(void)
 
 void fanout__engines_add(struct fanout_engine *e)
 {
+	static uint64_t serials; /* under engines_lock */
+
 	pthread_mutex_lock(&engines_lock);
+	e->serial = ++serials;
 	cds_list_add_rcu(&e->engines_node, &engines);
 	pthread_mutex_unlock(&engines_lock);
 }
@@ -70,6 +74,7 @@ void fanout__engines_del(struct fanout_engine *e)
 
 struct kid_scan {
 	fanout_id parent;
+	uint64_t engine; /* ids are unique per engine only */
 	unsigned how;
 };
 
@@ -77,13 +82,15 @@ static void cancel_kid(struct record *rec, void *arg)
 {
 	const struct kid_scan *k = arg;
 
-	if (rec->parent_id == k->parent)
+	if (rec->parent_id == k->parent && rec->parent_engine == k->engine)
 		fanout__cancel_rec(rec, k->how);
 }
 
 void fanout__tree_cancel(struct record *rec, unsigned how)
 {
-	struct kid_scan k = {.parent = rec->id, .how = how | CANCEL_TREE};
+	struct kid_scan k = {.parent = rec->id,
+			     .engine = rec->e->serial,
+			     .how = how | CANCEL_TREE};
 	struct fanout_engine *e;
 	struct cds_list_head *pos;
 

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_misuse.c - one test per row of tests/MISUSE.md: every way a caller
+ * test_misuse.c - one test per row of the bad-input table in README.md: every way a caller
  * can misuse the API, and what it gets.  Test names start with the row id.
  *
- * "Refused" (see MISUSE.md) is checked by refused_cleanly(): the error code,
+ * "Refused" (see README.md, "Bad input") is checked by refused_cleanly(): the error code,
  * stats.rejected + 1, no record in fanout_list, no event, no child run.
  */
 #include <dirent.h>

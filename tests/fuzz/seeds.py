@@ -3,7 +3,7 @@
 """seeds.py - write the seed inputs of fuzz_api.c into tests/fuzz/corpus.
 
 One seed per row (or group of rows) of the bad-input tables (README.md
-"Bad input", tests/MISUSE.md), spelled in the harness's input language, so
+"Bad input"), spelled in the harness's input language, so
 fuzzing starts from every documented misuse.  The byte layout follows the
 op_* functions of fuzz_api.c; keep the two in step.
 Usage: python3 tests/fuzz/seeds.py [outdir]
