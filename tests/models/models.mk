@@ -63,7 +63,7 @@ $(eval $(call models_run,shutdown_drain-bug4,shutdown_drain,fail,-DBUG=4,-DSAFET
 # re-check): 1 sync + 1 deferred child, runner, abandoner, completer; the
 # callback registered by the child's fn or (REG=2) by the completer; 2
 # deferred children; two abandoners; the re-check after fn returns with a
-# callback step (LATE=2).  FIX=0 is on_cancel as 3e7e328 has it and
+# callback step (LATE=2).  FIX=0 is on_cancel as 3e7e328 had it and
 # LATE=1 the first sketch's re-check: spin must keep rejecting both.
 # REACH=3 shows the abandon/complete race is reached (-EALREADY).
 $(eval $(call models_run,pending_finish,pending_finish,pass,,-DSAFETY,))

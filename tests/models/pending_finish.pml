@@ -50,8 +50,8 @@
  *       CAS st: set RUN only if !RUN && !DONE -> call fn;
  *       a CAS loop that ends on DONE without RUN (an abandon slipped in
  *       after the fetch_or): return -EALREADY, fn will not run (FIX=1,
- *       the default; -DFIX=0 returns 0 there, as lib/pending.c does at
- *       3e7e328, and spin finds the caller waiting for a callback that
+ *       the default, lib/pending.c since c8f028a; -DFIX=0 returns 0
+ *       there, as lib/pending.c did at 3e7e328, and spin finds the caller waiting for a callback that
  *       never comes).
  *   return 0.
  * Abandoner (fanout__cancel_rec with INTERRUPT [| ABANDON]: fanout_cancel,
@@ -127,7 +127,7 @@
  *           runs the callback step as the abandoner does, verifies; the
  *           code re-checks inside fanout_defer, before p can have a
  *           callback, and needs no callback step there.
- *   FIX=0   on_cancel as lib/pending.c has it at 3e7e328: returns 0 when
+ *   FIX=0   on_cancel as lib/pending.c had it at 3e7e328: returns 0 when
  *           its RUN claim finds the child abandoned (see above).
  */
 
@@ -152,7 +152,7 @@
 #endif
 #ifndef FIX
 #define FIX 1          /* on_cancel: -EALREADY when its RUN claim finds the
-                          child abandoned; 0 = lib/pending.c at 3e7e328 */
+                          child abandoned; 0 = lib/pending.c before c8f028a */
 #endif
 #ifndef REACH
 #define REACH 0        /* non-vacuity: -DREACH=n asserts that path n is
