@@ -2131,10 +2131,10 @@ static void run_epoch(unsigned idx, uint64_t ms)
 	VCHECK(st1.running == 0 && st1.async_running == 0,
 	       "stats after shutdown: running %u async_running %u", st1.running,
 	       st1.async_running);
-	VCHECK(st1.rejected >= atomic_load(&ep->refused) +
-				       atomic_load(&ep->inline_full) &&
+	/* (an -EBUSY that fanout_delegate answered inline, INLINE_FULL, is a
+	 * run, not a rejection: 49479e8) */
+	VCHECK(st1.rejected >= atomic_load(&ep->refused) &&
 		       st1.rejected <= atomic_load(&ep->refused) +
-					       atomic_load(&ep->inline_full) +
 					       atomic_load(&ep->deleg_errors),
 	       "stats.rejected %" PRIu64 ", observed %" PRIu64, st1.rejected,
 	       atomic_load(&ep->refused));
