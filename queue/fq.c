@@ -67,6 +67,7 @@
  *    the sleep finds the word != 2 in the kernel and returns immediately.
  */
 #include "fq.h"
+#include "clock.h"
 #include "annotate.h"
 
 #include <ck_pr.h>
@@ -126,14 +127,6 @@ struct fq {
 
 static FQ_TLS struct fq_worker *tls_self;
 _Atomic long fq__fail_thread_at;
-
-uint64_t fq_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static long futex(_Atomic uint32_t *uaddr, int op, uint32_t val,
 		  const struct timespec *ts)
