@@ -71,6 +71,7 @@ extern int fanout__rcu_token;
 #define PEND_RUN 0x4u  /* someone claimed running the callback */
 
 struct fanout_timer;
+struct leftover;
 struct fanout_table;
 
 enum rec_state { REC_RUNNING = 0, REC_FINISHED = 1 };
@@ -179,6 +180,8 @@ struct record {
 	_Atomic uint32_t npending; /* A: deferred, not finished yet */
 	_Atomic uint32_t places; /* A: children holding a max_children place */
 	_Atomic uint32_t parked; /* A: tokens waiting for a place */
+	/* A: claimed ranges handed back for want of a place (join.c) */
+	_Atomic(struct leftover *) leftovers;
 	_Atomic uint32_t ncompleted; /* A: completed children (QUORUM) */
 	struct rcu_head rcu;	     /* deferred free */
 	struct cds_wfcq_node qnode;  /* sink linkage */
