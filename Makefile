@@ -86,6 +86,8 @@ include bench/bench.mk
 EXTRA_TESTS :=
 -include tests/models/models.mk
 -include tests/extra.mk
+# Remote children over NATS JetStream (optional: needs libnats-dev).
+-include remote/remote.mk
 
 # --------------------------------------------------------------------- test
 test: deps
