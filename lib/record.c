@@ -43,6 +43,20 @@ static void rec_free_rcu(struct rcu_head *head)
 				fanout__str_free(r->error);
 		}
 	}
+	/* The record's references on its deferred children (pending.c).
+	 * relaxed: the acquire of the last rec_put orders every push before
+	 * this callback. */
+	{
+		struct fanout_pending *p = atomic_load_explicit(
+			&rec->pendings, memory_order_relaxed);
+
+		while (p) {
+			struct fanout_pending *next = p->next;
+
+			fanout__pending_put(p);
+			p = next;
+		}
+	}
 	fa_cache_free(&rec->e->blocks, rec, rec->alloc_size);
 	/* TSan edge: this callback's use of the engine happens before the
 	 * rcu_barrier() in fanout_destroy() returns (see annotate.h). */
@@ -75,30 +89,6 @@ void fanout__active_put(struct fanout_engine *e, uint32_t n)
 
 /* ------------------------------------------------------------ allocation */
 
-static uint64_t mix64(uint64_t x)
-{
-	/* A bijection (splitmix64's finaliser): distinct counters give
-	 * distinct, well-spread ids, which is also the hash table key. */
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
-}
-
-static fanout_id new_id(struct fanout_engine *e)
-{
-	fanout_id id;
-
-	do {
-		/* relaxed: uniqueness needs only the RMW's atomicity. */
-		id = mix64(atomic_fetch_add_explicit(&e->next_id, 1,
-						     memory_order_relaxed));
-	} while (!id);
-	return id;
-}
-
 static size_t str_size(const char *s)
 {
 	return s ? strlen(s) + 1 : 0;
@@ -120,6 +110,9 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 				 const struct fanout_batch *b, unsigned depth,
 				 bool background, unsigned nrunners)
 {
+	/* Head fields the memset below leaves 0/NULL/false: pendings,
+	 * deferring, npending, places, parked, ncompleted, has_kids,
+	 * parent_id, deadline, dl_next; the caller sets what it needs. */
 	unsigned n = b->ntasks, i;
 	size_t strings = str_size(b->context) + str_size(b->session_key);
 	size_t head = sizeof(struct record) + n * sizeof(struct fanout_result);
@@ -169,6 +162,8 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	rec->session_key =
 		copy_str(&area, b->session_key, str_size(b->session_key));
 	rec->user = b->user;
+	rec->join = b->join;
+	rec->quorum = b->join == FANOUT_JOIN_ANY ? 1 : b->quorum;
 	atomic_init(&rec->claim, 0);
 	atomic_init(&rec->remaining, n);
 	atomic_init(&rec->cancel, 0);
@@ -176,9 +171,11 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	atomic_init(&rec->state, REC_RUNNING);
 	atomic_init(&rec->done_word, 0);
 	atomic_init(&rec->cost_bits, 0);
-	cds_lfht_node_init(&rec->node);
 	cds_wfcq_node_init(&rec->qnode);
-	rec->id = new_id(e);
+	if (fanout__table_reserve(e, rec)) { /* gives rec->id */
+		fa_cache_free(&e->blocks, rec, size);
+		return NULL;
+	}
 	rec->dispatched_ns = fq_now_ns();
 	return rec;
 }
