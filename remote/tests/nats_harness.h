@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -154,7 +155,7 @@ static inline void nats_srv_kill(struct nats_srv *s, int sig)
 
 static inline void nats_srv_stop(struct nats_srv *s)
 {
-	char cmd[PATH_MAX + 16];
+	char cmd[PATH_MAX + 32];
 
 	nats_srv_kill(s, SIGTERM);
 	if (s->dir[0] && !getenv("FANOUT_KEEP_NATS_DIR")) {
@@ -230,7 +231,13 @@ static inline void h_sibling(char *out, size_t cap, const char *name)
 	/* tests live in build/<v>/tests, programs in build/<v> */
 	if (strlen(self) > 6 && !strcmp(self + strlen(self) - 6, "/tests"))
 		self[strlen(self) - 6] = '\0';
-	snprintf(out, cap, "%s/%s", self, name);
+	if (strlen(self) + 1 + strlen(name) >= cap) {
+		out[0] = '\0';
+		return;
+	}
+	strcpy(out, self);
+	strcat(out, "/");
+	strcat(out, name);
 }
 
 /* ------------------------------------------------------------------ proxy */

@@ -25,7 +25,7 @@ struct env {
 	struct fanout_engine *e;
 	struct fanout_nats *n;
 	pid_t w[MAXW];
-	char log[MAXW][PATH_MAX + 16];
+	char log[MAXW][PATH_MAX + 32];
 	char worker[PATH_MAX];
 };
 
@@ -46,9 +46,12 @@ static struct env *env_new(const char *url_override_unused)
 	assert_int_equal(nats_srv_start(&v->srv), 0);
 	assert_int_equal(fanout_create(&cfg, &v->e), 0);
 	h_sibling(v->worker, sizeof(v->worker), "remote-test-worker");
-	for (i = 0; i < MAXW; i++)
-		snprintf(v->log[i], sizeof(v->log[i]), "%s/w%d.log", v->srv.dir,
-			 i);
+	for (i = 0; i < MAXW; i++) {
+		size_t dl = strlen(v->srv.dir);
+
+		memcpy(v->log[i], v->srv.dir, dl);
+		snprintf(v->log[i] + dl, sizeof(v->log[i]) - dl, "/w%d.log", i);
+	}
 	cur = v;
 	return v;
 }
@@ -357,7 +360,9 @@ static void test_server_restart(void **state)
 	start_worker(v, 0, "t", 2, 10);
 	start_worker(v, 1, "t", 2, 10);
 	dispatch(v, "t", pl, 30, 0);
-	assert_true(h_wait_lines(v->log[0], "S ", 2, 30000));
+	/* both workers connected and running children */
+	assert_true(h_wait_lines(v->log[0], "S ", 1, 30000));
+	assert_true(h_wait_lines(v->log[1], "S ", 1, 30000));
 	nats_srv_kill(&v->srv, SIGTERM);
 	h_sleep_ms(700);
 	assert_int_equal(nats_srv_run(&v->srv), 0);
