@@ -266,8 +266,10 @@ struct fanout_nats_serve_opts {
  * @o: options.
  *
  * Pulls with explicit ack; for each child runs the handler, publishes
- * the outcome to the dispatcher's result subject (waiting for JetStream's
- * ack, retrying while the server is away), then acks the child.  A
+ * the outcome to the dispatcher's result subject (asynchronously,
+ * retried while the server is away) and acks the child only once
+ * JetStream has stored the outcome, so a worker killed at any point
+ * leaves the child to be redelivered.  A
  * child whose dispatcher cancelled it is answered -ECANCELED unrun.
  *
  * Context: blocks until *@o->stop.

@@ -565,7 +565,7 @@ static void *pump(void *arg)
 		do_retries(n);
 		fetch_some(n, n->rsub, 256, 20, handle_result);
 		if (fnats_now_ms() >= next_adv) {
-			fetch_some(n, n->asub, 64, 5, handle_advisory);
+			fetch_some(n, n->asub, 64, 0, handle_advisory);
 			next_adv = fnats_now_ms() + 250;
 		}
 	}

@@ -61,5 +61,10 @@ FANOUT_NATS_HIDDEN int fnats_decode_outcome(const char *buf, size_t len,
 					    struct fnats_outcome *o,
 					    char **error_copy);
 FANOUT_NATS_HIDDEN uint64_t fnats_now_ms(void);
+/* Fetch up to @batch messages: what is available at once, or else wait
+ * up to @wait_ms for one.  Return: 0 with list->Count > 0; -ETIMEDOUT
+ * when nothing came; another negative errno (disconnected, ...). */
+FANOUT_NATS_HIDDEN int fnats_fetch(natsSubscription *sub, natsMsgList *list,
+				   int batch, int wait_ms);
 
 #endif

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "nats_internal.h"
@@ -33,6 +34,9 @@ struct job {
 	fanout_id id;
 	bool cancelled; /* by the dispatcher's notice */
 	struct job *prev, *next;
+	char *body; /* the encoded outcome, while it is being published */
+	size_t blen;
+	struct job *pnext; /* publishing list / retry list */
 };
 
 struct server {
@@ -48,6 +52,11 @@ struct server {
 	bool stopping;
 	char ring[CANCEL_RING][FNATS_KEY_MAX]; /* recent cancel notices */
 	unsigned ring_next;
+	/* Outcomes published, waiting for JetStream's ack (which runs on a
+	 * libnats thread, hence the lock; see fanout_nats.h THREADS). */
+	pthread_mutex_t lock;
+	struct job *publishing, *retry;
+	unsigned npublishing;
 };
 
 static bool stop_asked(const struct server *sv)
@@ -96,46 +105,125 @@ static void drain_cancels(struct server *sv)
 	}
 }
 
-/* Publish one outcome and wait for JetStream's ack; retry while the
- * server is away.  Return: 0, or -ECANCELED when told to stop first. */
-static int send_outcome(struct server *sv, const char *reply, const char *key,
-			unsigned delivery, const struct fanout_result *r)
+static natsStatus publish_outcome(struct server *sv, struct job *j)
 {
 	char id[FNATS_KEY_MAX + 2], dv[16];
 	jsPubOptions po;
 	natsMsg *m = NULL;
-	char *body;
-	size_t len;
 	natsStatus s;
 
-	if (fnats_encode_outcome(r, &body, &len))
-		return -ENOMEM;
-	snprintf(id, sizeof(id), "r.%s", key);
-	snprintf(dv, sizeof(dv), "%u", delivery);
+	snprintf(id, sizeof(id), "r.%s", j->key);
+	snprintf(dv, sizeof(dv), "%u", j->pub.delivery);
 	jsPubOptions_Init(&po);
-	po.MaxWait = 2000;
-	for (;;) {
-		s = natsMsg_Create(&m, reply, NULL, body, (int)len);
-		if (s == NATS_OK)
-			s = natsMsgHeader_Set(m, "Nats-Msg-Id", id);
-		if (s == NATS_OK)
-			s = natsMsgHeader_Set(m, FNATS_HDR_KEY, key);
-		if (s == NATS_OK)
-			s = natsMsgHeader_Set(m, FNATS_HDR_DELIVERY, dv);
-		if (s == NATS_OK)
-			s = js_PublishMsg(NULL, sv->js, m, &po, NULL);
-		natsMsg_Destroy(m);
-		m = NULL;
-		if (s == NATS_OK)
+	po.MaxWait = 5000; /* a lost ack is retried, under the same id */
+	s = natsMsg_Create(&m, j->reply, NULL, j->body, (int)j->blen);
+	if (s == NATS_OK)
+		s = natsMsgHeader_Set(m, "Nats-Msg-Id", id);
+	if (s == NATS_OK)
+		s = natsMsgHeader_Set(m, FNATS_HDR_KEY, j->key);
+	if (s == NATS_OK)
+		s = natsMsgHeader_Set(m, FNATS_HDR_DELIVERY, dv);
+	if (s == NATS_OK)
+		s = js_PublishMsgAsync(sv->js, &m, &po);
+	natsMsg_Destroy(m);
+	return s;
+}
+
+static void job_free(struct job *j)
+{
+	natsMsg_Destroy(j->msg);
+	free(j->body);
+	free(j);
+}
+
+/* JetStream stored the outcome (ack the child) or did not (retry). */
+static void result_ack(jsCtx *js, natsMsg *m, jsPubAck *pa, jsPubAckErr *pae,
+		       void *closure)
+{
+	struct server *sv = closure;
+	const char *key = NULL;
+	struct job **pp, *j = NULL;
+
+	natsMsgHeader_Get(m, FNATS_HDR_KEY, &key);
+	pthread_mutex_lock(&sv->lock);
+	for (pp = &sv->publishing; key && *pp; pp = &(*pp)->pnext) {
+		if (!strcmp((*pp)->key, key)) {
+			j = *pp;
+			*pp = j->pnext;
 			break;
-		if (stop_asked(sv)) {
-			free(body);
-			return -ECANCELED;
 		}
-		usleep(100000);
 	}
-	free(body);
-	return 0;
+	if (j && !pa) {
+		j->pnext = sv->retry;
+		sv->retry = j;
+		j = NULL;
+	} else if (j) {
+		sv->npublishing--;
+	}
+	pthread_mutex_unlock(&sv->lock);
+	natsMsg_Destroy(m);
+	if (!j)
+		return;
+	natsMsg_Ack(j->msg, NULL); /* only now: the outcome is stored */
+	job_free(j);
+}
+
+/* Hand @j's outcome to JetStream; result_ack() finishes the job. */
+static void send_outcome(struct server *sv, struct job *j)
+{
+	pthread_mutex_lock(&sv->lock);
+	j->pnext = sv->publishing;
+	sv->publishing = j;
+	sv->npublishing++;
+	pthread_mutex_unlock(&sv->lock);
+	if (publish_outcome(sv, j) == NATS_OK)
+		return;
+	pthread_mutex_lock(&sv->lock);
+	{
+		struct job **pp;
+
+		for (pp = &sv->publishing; *pp && *pp != j; pp = &(*pp)->pnext)
+			;
+		if (*pp) {
+			*pp = j->pnext;
+			j->pnext = sv->retry;
+			sv->retry = j;
+		}
+	}
+	pthread_mutex_unlock(&sv->lock);
+}
+
+static void do_retries(struct server *sv)
+{
+	struct job *j, *next;
+
+	pthread_mutex_lock(&sv->lock);
+	j = sv->retry;
+	sv->retry = NULL;
+	pthread_mutex_unlock(&sv->lock);
+	for (; j; j = next) {
+		next = j->pnext;
+		send_outcome(sv, j);
+	}
+}
+
+static struct job *job_for_outcome(natsMsg *msg, const char *reply,
+				   const char *key, unsigned delivery,
+				   const struct fanout_result *r)
+{
+	struct job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return NULL;
+	if (fnats_encode_outcome(r, &j->body, &j->blen)) {
+		free(j);
+		return NULL;
+	}
+	j->msg = msg;
+	j->reply = reply;
+	snprintf(j->key, sizeof(j->key), "%s", key);
+	j->pub.delivery = delivery;
+	return j;
 }
 
 static void answer_unrun(struct server *sv, natsMsg *msg, const char *reply,
@@ -147,9 +235,14 @@ static void answer_unrun(struct server *sv, natsMsg *msg, const char *reply,
 		.error = "cancelled by the dispatcher before a worker ran it",
 	};
 
-	if (!send_outcome(sv, reply, key, delivery, &r))
-		natsMsg_Ack(msg, NULL);
-	natsMsg_Destroy(msg);
+	struct job *j = job_for_outcome(msg, reply, key, delivery, &r);
+
+	if (!j) {
+		natsMsg_Nak(msg, NULL);
+		natsMsg_Destroy(msg);
+		return;
+	}
+	send_outcome(sv, j);
 }
 
 static void start(struct server *sv, natsMsg *msg)
@@ -223,11 +316,13 @@ static void finish(struct server *sv, struct fanout_event *ev)
 	if (sv->stopping && !j->cancelled && r->status == FANOUT_INTERRUPTED) {
 		/* Interrupted by our own stop: hand it to another worker. */
 		natsMsg_Nak(j->msg, NULL);
-	} else if (!send_outcome(sv, j->reply, j->key, j->pub.delivery, r)) {
-		natsMsg_Ack(j->msg, NULL);
+		job_free(j);
+	} else if (fnats_encode_outcome(r, &j->body, &j->blen)) {
+		natsMsg_Nak(j->msg, NULL);
+		job_free(j);
+	} else {
+		send_outcome(sv, j);
 	}
-	natsMsg_Destroy(j->msg);
-	free(j);
 	fanout_event_free(ev);
 }
 
@@ -254,6 +349,7 @@ static int setup(struct server *sv, unsigned *conc)
 {
 	const struct fanout_nats_serve_opts *o = sv->o;
 	jsSubOptions so;
+	jsOptions jo;
 	jsErrCode jerr = 0;
 	natsStatus s;
 	int ack_wait = o->ack_wait_ms > 0 ? o->ack_wait_ms : 30000;
@@ -283,8 +379,12 @@ static int setup(struct server *sv, unsigned *conc)
 	err = fanout_sink_create(sv->e, &sv->sink);
 	if (err)
 		return err;
+	jsOptions_Init(&jo);
+	jo.PublishAsync.MaxPending = 4096;
+	jo.PublishAsync.AckHandler = result_ack;
+	jo.PublishAsync.AckHandlerClosure = sv;
 	err = fnats_connect(o->url, 2000, "fanout-worker", &sv->nc, &sv->js,
-			    NULL);
+			    &jo);
 	if (err)
 		return err;
 	err = fnats_ensure_stream(sv->js, sv->nm.stream, sv->nm.work, true, 0);
@@ -323,6 +423,7 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 	sv->o = o;
 	fnats_names(o->kind, &sv->nm);
 	sv->head.next = sv->head.prev = &sv->head;
+	pthread_mutex_init(&sv->lock, NULL);
 	conc = o->concurrency;
 	err = setup(sv, &conc);
 	if (err)
@@ -333,22 +434,23 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 	next_progress = fnats_now_ms() + (uint64_t)progress_ms;
 	while (!stop_asked(sv)) {
 		drain_cancels(sv);
+		do_retries(sv);
 		if (sv->running < conc) {
 			natsMsgList list = {0};
-			natsStatus s;
-			int i;
+			int i, ferr;
 
-			s = natsSubscription_Fetch(&list, sv->sub,
-						   (int)(conc - sv->running),
-						   sv->running ? 5 : 100, NULL);
-			if (s != NATS_OK && s != NATS_TIMEOUT)
+			/* Idle: wait for a child; busy: take what is there. */
+			ferr = fnats_fetch(sv->sub, &list,
+					   (int)(conc - sv->running),
+					   sv->running ? 0 : 100);
+			if (ferr && ferr != -ETIMEDOUT)
 				usleep(50000); /* reconnecting */
 			for (i = 0; i < list.Count; i++) {
 				start(sv, list.Msgs[i]);
 				list.Msgs[i] = NULL;
 			}
 			natsMsgList_Destroy(&list);
-			reap(sv, 0);
+			reap(sv, list.Count || !sv->running ? 0 : 2);
 		} else {
 			reap(sv, 20);
 		}
@@ -367,6 +469,22 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 	}
 	while (sv->running)
 		reap(sv, 100);
+	/* Outcomes on their way: give them a moment to be stored. */
+	{
+		uint64_t t0 = fnats_now_ms();
+
+		while (fnats_now_ms() - t0 < 3000) {
+			unsigned left;
+
+			do_retries(sv);
+			pthread_mutex_lock(&sv->lock);
+			left = sv->npublishing;
+			pthread_mutex_unlock(&sv->lock);
+			if (!left)
+				break;
+			usleep(10000);
+		}
+	}
 	err = 0;
 out:
 	if (sv->csub)
@@ -379,6 +497,20 @@ out:
 		jsCtx_Destroy(sv->js);
 	if (sv->nc)
 		natsConnection_Destroy(sv->nc);
+	/* Not stored: left unacked, JetStream redelivers them. */
+	while (sv->publishing) {
+		struct job *j = sv->publishing;
+
+		sv->publishing = j->pnext;
+		job_free(j);
+	}
+	while (sv->retry) {
+		struct job *j = sv->retry;
+
+		sv->retry = j->pnext;
+		job_free(j);
+	}
+	pthread_mutex_destroy(&sv->lock);
 	if (sv->e && sv->e != o->engine)
 		fanout_destroy(sv->e);
 	else if (sv->sink)

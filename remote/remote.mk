@@ -71,6 +71,7 @@ all: $(REMOTE_BUILT)
 install: install-remote
 uninstall: uninstall-remote
 EXTRA_TESTS += remote-test
+bench: bench-remote
 endif
 
 BINDIR ?= $(PREFIX)/bin
@@ -104,7 +105,7 @@ REMOTE_CHECK_CHILDREN ?= 10000
 remote-check: remote-deps build/plain/remote-check
 	@build/plain/remote-check -n $(REMOTE_CHECK_CHILDREN) -w build/plain/remote-test-worker
 
-build/plain/bench-remote: bench/bench-remote.c remote/tests/nats_harness.h \
+build/plain/bench-remote: bench/bench-remote.c remote/tests/nats_harness.h remote/fanout_nats.h \
 		build/plain/libfanout-nats.a build/plain/libfanout.a build/plain/remote-test-worker
 	$(CC) $(BASE_CFLAGS) $(REMOTE_CFLAGS) $(CFLAGS_plain) $(EXTRA_CFLAGS) $< -o $@ \
 		build/plain/libfanout-nats.a build/plain/libfanout.a -lnats $(DEP_LIBS) $(LIBS_plain)

@@ -3,7 +3,7 @@
 # Usage: scripts/deps.sh [extra-package ...]
 # Exit 0 when everything is present (or was installed), 1 otherwise.
 set -u
-need="liburcu-dev libck-dev libjemalloc-dev libcmocka-dev pkg-config gcc make libc6-dev"
+need="liburcu-dev libck-dev libjemalloc-dev libcmocka-dev pkg-config gcc make libc6-dev libnats-dev nats-server"
 missing=""
 for p in $need "$@"; do
 	if ! dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'install ok installed'; then

@@ -457,6 +457,13 @@ static void test_duplicate_outcome(void **state)
 	env_free(v);
 }
 
+static int never_called(struct fanout_child *c, void *arg)
+{
+	(void)c;
+	(void)arg;
+	return -EINVAL;
+}
+
 /* Bad input: a clear error and nothing accepted half-way. */
 static void test_bad_input(void **state)
 {
@@ -480,6 +487,16 @@ static void test_bad_input(void **state)
 	assert_int_equal(fanout_nats_open(v->srv.url, &o, &n2), -EINVAL);
 	assert_int_equal(fanout_nats_open(v->srv.url, NULL, &n2), -EINVAL);
 	assert_null(n2);
+	{
+		struct fanout_nats_serve_opts so = {.url = v->srv.url,
+						    .kind = "t"};
+
+		assert_int_equal(fanout_nats_serve(NULL), -EINVAL);
+		assert_int_equal(fanout_nats_serve(&so), -EINVAL); /* handler */
+		so.handler = never_called;
+		so.kind = "Bad Kind";
+		assert_int_equal(fanout_nats_serve(&so), -EINVAL);
+	}
 	assert_int_equal(open_disp(v, NULL, 0), 0);
 	/* unknown kind, oversized payload, NULL payload */
 	assert_int_equal(fanout_nats_task(v->n, "nope", "a", 1, NULL, &t[0]),
