@@ -135,6 +135,10 @@ FANOUT_API int fanout_nats_open(const char *url,
  * MaxDeliver.  A cancel with FANOUT_CANCEL_INTERRUPT, a deadline or a
  * join policy sends a cancel notice to the worker.
  *
+ * A remote child waiting for its outcome counts against the engine's
+ * max_children (default 64) like any deferred child: raise it to keep
+ * more of one delegation's children at the workers at once.
+ *
  * Everything that can be checked before the batch is dispatched is
  * checked here, so a bad child refuses the batch rather than failing
  * later.  @out->arg is owned by the child: freed when it finishes.  If

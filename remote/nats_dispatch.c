@@ -565,7 +565,10 @@ static void *pump(void *arg)
 		do_retries(n);
 		fetch_some(n, n->rsub, 256, 20, handle_result);
 		if (fnats_now_ms() >= next_adv) {
-			fetch_some(n, n->asub, 64, 0, handle_advisory);
+			/* A NoWait-only fetch missed stored advisories on
+			 * nats-server 2.9.10 (test_max_deliver_exhausted);
+			 * a 5 ms wait for one does not. */
+			fetch_some(n, n->asub, 64, 5, handle_advisory);
 			next_adv = fnats_now_ms() + 250;
 		}
 	}

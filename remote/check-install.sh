@@ -1,0 +1,37 @@
+#!/bin/sh
+# Install into a scratch DESTDIR and build a dispatcher against it through
+# `pkg-config --static fanout-nats`, as a user would; run it against no
+# server (it must say -ECONNREFUSED); check the shared library exports
+# only fanout_nats_* and that fanout-worker was installed.
+set -eu
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+make --no-print-directory install DESTDIR="$tmp/root" PREFIX=/usr/local >/dev/null
+export PKG_CONFIG_PATH="$tmp/root/usr/local/lib/pkgconfig"
+export PKG_CONFIG_SYSROOT_DIR="$tmp/root"
+cat > "$tmp/app.c" <<'APP'
+#include <errno.h>
+#include <stdio.h>
+#include <fanout_nats.h>
+int main(void)
+{
+	static const char *const kinds[] = { "k" };
+	struct fanout_nats_opts o = { .kinds = kinds, .nkinds = 1 };
+	struct fanout_nats *n = NULL;
+	int err = fanout_nats_open("nats://127.0.0.1:1", &o, &n);
+	puts(err == -ECONNREFUSED ? "installed fanout-nats links and runs"
+				  : "wrong answer");
+	return err != -ECONNREFUSED;
+}
+APP
+cc "$tmp/app.c" -o "$tmp/app" $(pkg-config --cflags --libs --static fanout-nats)
+if ldd "$tmp/app" | grep -q libfanout; then
+	echo "check-install-remote: linked a shared libfanout*, not the archives" >&2
+	exit 1
+fi
+"$tmp/app"
+test -x "$tmp/root/usr/local/bin/fanout-worker"
+nm -D --defined-only "$tmp/root/usr/local/lib/libfanout-nats.so.0" |
+	awk '$2 == "T" {print $3}' | grep -v '^fanout_nats_' &&
+	{ echo "check-install-remote: non-fanout_nats_ export" >&2; exit 1; }
+echo "check-install-remote: static link via pkg-config --static fanout-nats, shared library exports only fanout_nats_*"
