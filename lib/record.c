@@ -113,6 +113,7 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	/* Head fields the memset below leaves 0/NULL/false: pendings,
 	 * deferring, npending, places, parked, ncompleted, has_kids,
 	 * parent_id, deadline, dl_next; the caller sets what it needs. */
+	struct fanout_child *cur = fanout__current();
 	unsigned n = b->ntasks, i;
 	size_t strings = str_size(b->context) + str_size(b->session_key);
 	size_t head = sizeof(struct record) + n * sizeof(struct fanout_result);
@@ -133,6 +134,7 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	 * writes no line it need not. */
 	memset(rec, 0, offsetof(struct record, claim));
 	rec->e = e;
+	rec->parent = cur ? cur->rec : NULL;
 	rec->alloc_size = size;
 	rec->ntasks = n;
 	rec->depth = depth;

@@ -433,6 +433,8 @@ int fanout_lookup(struct fanout_engine *e, fanout_id id,
 
 	if (!e || !id || !info)
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
 	fanout__read_lock();
 	rec = fanout__table_find(e, id);
 	if (rec) {
@@ -517,6 +519,8 @@ int fanout_list(struct fanout_engine *e, struct fanout_info *infos, size_t cap,
 
 	if (!e || !n || (!infos && cap))
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
 	fanout__table_for_each(e, list_one, &l);
 	if (l.used > 1)
 		qsort(infos, l.used, sizeof(*infos), newest_first);
