@@ -65,9 +65,11 @@ build/plain/libfanout-nats.so: $(patsubst remote/%.c,build/plain/robj/%.o,$(REMO
 		$(patsubst remote/%.c,build/plain/robj/%.o,$(REMOTE_SRC)) \
 		-Lbuild/plain -l:libfanout.so -lnats -lpthread
 
-fanout-nats.pc: remote/fanout-nats.pc.in Makefile remote/remote.mk
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
-	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+# Written at every install, as fanout.pc (it holds PREFIX).
+fanout-nats.pc: remote/fanout-nats.pc.in FORCE
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(call pc_rel,$(LIBDIR))|' \
+	    -e 's|@INCLUDEDIR@|$(call pc_rel,$(INCLUDEDIR))|' \
+	    -e 's|@VERSION@|$(VERSION)|' $< > $@
 
 REMOTE_BUILT := build/plain/libfanout-nats.a build/plain/libfanout-nats.so \
 	build/plain/fanout-worker
@@ -89,12 +91,13 @@ install-remote: $(REMOTE_BUILT) fanout-nats.pc
 	install -m 755 build/plain/libfanout-nats.so \
 		$(DESTDIR)$(LIBDIR)/libfanout-nats.so.$(VERSION)
 	ln -sf libfanout-nats.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfanout-nats.so.0
+	ln -sf libfanout-nats.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfanout-nats.so
 	install -m 644 fanout-nats.pc $(DESTDIR)$(LIBDIR)/pkgconfig/fanout-nats.pc
 	install -m 755 build/plain/fanout-worker $(DESTDIR)$(BINDIR)/fanout-worker
 
 uninstall-remote:
 	rm -f $(DESTDIR)$(INCLUDEDIR)/fanout_nats.h $(DESTDIR)$(LIBDIR)/libfanout-nats.a \
-	      $(DESTDIR)$(LIBDIR)/libfanout-nats.so.0 \
+	      $(DESTDIR)$(LIBDIR)/libfanout-nats.so.0 $(DESTDIR)$(LIBDIR)/libfanout-nats.so \
 	      $(DESTDIR)$(LIBDIR)/libfanout-nats.so.$(VERSION) \
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/fanout-nats.pc $(DESTDIR)$(BINDIR)/fanout-worker
 
