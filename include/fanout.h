@@ -846,6 +846,9 @@ FANOUT_API struct fanout_child *fanout_current_child(void);
  * counts against max_children until it completes: while max_children
  * children of the delegation are pending, its workers start no new child
  * of it (they move on to other work and come back when one completes).
+ * The one exception: children that had already started when the first
+ * child of the delegation deferred (at most one per worker) may defer
+ * beyond the limit.
  *
  * Exactly one of these finishes a pending child, whichever comes first:
  * its fanout_complete(); fanout_cancel() with FANOUT_CANCEL_ABANDON; the
