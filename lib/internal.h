@@ -36,6 +36,7 @@
 #include "fanout.h"
 #include "../queue/alloc.h"
 #include "../queue/annotate.h"
+#include "../queue/clock.h"
 #include "../queue/fq.h"
 #include "probes.h"
 
