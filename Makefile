@@ -114,6 +114,8 @@ EXTRA_TESTS :=
 -include tests/models/models.mk
 -include tests/extra.mk
 -include examples/examples.mk
+# Remote children over NATS JetStream (optional: needs libnats-dev).
+-include remote/remote.mk
 
 # --------------------------------------------------------------------- test
 test: deps

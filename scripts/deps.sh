@@ -5,7 +5,8 @@
 set -u
 # systemtap-sdt-dev: <sys/sdt.h> for the USDT probes (lib/probes.h);
 # gdb: tests/check-probes.sh fires them in a real run.
-need="liburcu-dev libck-dev libjemalloc-dev libcmocka-dev libjansson-dev pkg-config gcc make libc6-dev systemtap-sdt-dev gdb"
+# libnats-dev, nats-server: remote/ (libfanout-nats and its tests).
+need="liburcu-dev libck-dev libjemalloc-dev libcmocka-dev libjansson-dev pkg-config gcc make libc6-dev systemtap-sdt-dev gdb libnats-dev nats-server"
 missing=""
 for p in $need "$@"; do
 	if ! dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'install ok installed'; then

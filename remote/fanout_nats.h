@@ -1,0 +1,289 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fanout_nats.h - remote children over NATS JetStream (libfanout-nats).
+ *
+ * A remote child is a deferred child (see fanout.h, "children that finish
+ * later") whose work runs in another process, usually on another machine.
+ * The join and the one event stay in the dispatching process; NATS
+ * JetStream carries the children and their outcomes durably.
+ *
+ * WIRE
+ *
+ *   fanout.work.<kind>      stream FANOUT_<KIND> (work queue, file storage);
+ *                           one message per child, Nats-Msg-Id
+ *                           "<dispatcher>.<seq>" so a republished child is
+ *                           stored once.  Consumed by the durable pull
+ *                           consumer "fanout-worker-<kind>" that every
+ *                           worker of the kind shares (explicit ack,
+ *                           AckWait, MaxDeliver).
+ *   fanout.result.<disp>    stream FANOUT_RESULTS (work queue); one
+ *                           message per outcome, Nats-Msg-Id
+ *                           "r.<dispatcher>.<seq>", consumed by the
+ *                           dispatcher's durable pull consumer, so outcomes
+ *                           published while it is disconnected are
+ *                           delivered when it is back.
+ *   fanout.cancel.<kind>    core NATS; body "<dispatcher>.<seq>": the
+ *                           dispatcher's cancel notice for one child.  A
+ *                           worker running it interrupts it (the handler
+ *                           sees fanout_interrupted()); a worker that
+ *                           pulls it later reports it -ECANCELED unrun.
+ *                           Best effort: a worker that was not subscribed
+ *                           when the notice went out runs the child.
+ *   $JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>
+ *                           captured by stream FANOUT_ADVISORIES and read
+ *                           by the dispatcher's durable consumer: a child
+ *                           that exhausted MaxDeliver is finished as
+ *                           FANOUT_ERROR, code -EHOSTDOWN, error "remote
+ *                           child exhausted MaxDeliver=N deliveries".
+ *
+ * A kind is 1..48 characters of [a-z0-9_-].
+ *
+ * EXACTLY ONCE.  A child may RUN more than once (a worker killed after it
+ * started, a result published but not acked); its OUTCOME is counted once:
+ * the first outcome for a child finishes it, later ones are dropped
+ * (counted in fanout_nats_stats.duplicates).  Handlers with side effects
+ * should be idempotent, keyed by fanout_nats_job.key.
+ *
+ * THREADS.  Every call is thread-safe except fanout_nats_close(), which
+ * must not race any other call on the same handle.  The dispatcher runs
+ * one thread of its own (results, advisories, publish retries); libnats
+ * runs its own.  Unlike lib/, this library takes a mutex (one per
+ * process, around the table of children in flight): every operation it
+ * guards also does network I/O costing far more.
+ */
+#ifndef FANOUT_NATS_H
+#define FANOUT_NATS_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <fanout.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FANOUT_NATS_MAX_KIND 48
+
+struct fanout_nats;
+
+/**
+ * struct fanout_nats_opts - dispatcher options; zero = default.
+ * @kinds:          the child kinds this dispatcher may send (@nkinds of
+ *                  them); fanout_nats_task() refuses any other (-ENOENT).
+ *                  Their streams are created if missing.
+ * @nkinds:         number of @kinds (at least 1, at most 64).
+ * @id:             dispatcher id, 1..32 characters of [A-Za-z0-9_-];
+ *                  NULL = random.  Names the result subject and the
+ *                  durable consumers; two live dispatchers must not share
+ *                  it.
+ * @connect_timeout_ms: first connection (default 2000).
+ * @publish_window: children published and not yet acknowledged by
+ *                  JetStream (default 4096): a child's fn blocks at most
+ *                  200 ms while the window is full, then the child is
+ *                  retried by the dispatcher's thread.
+ * @publish_retry_ms: how long a child whose publish keeps failing (server
+ *                  down) is retried before it is finished as FANOUT_ERROR
+ *                  (default 60000).
+ */
+struct fanout_nats_opts {
+	const char *const *kinds;
+	unsigned nkinds;
+	const char *id;
+	int connect_timeout_ms;
+	unsigned publish_window;
+	int publish_retry_ms;
+};
+
+/**
+ * fanout_nats_open() - connect a dispatcher to a NATS server.
+ * @url:  e.g. "nats://127.0.0.1:4222" (NULL = that one).
+ * @o:    options; @o->kinds is required.
+ * @out:  receives the handle.
+ *
+ * Connects, creates the streams of @o->kinds, FANOUT_RESULTS and
+ * FANOUT_ADVISORIES if missing, creates this dispatcher's durable result
+ * and advisory consumers and starts its thread.  Once open, a lost
+ * connection is re-established for ever (every 100 ms), and in-flight
+ * children resume.
+ *
+ * Context: blocks up to @o->connect_timeout_ms plus a few JetStream
+ * requests.
+ * Return: 0; -EINVAL (NULL @o or @out, no kinds, a bad kind or id);
+ * -ECONNREFUSED (no server at @url); -EPROTO (JetStream refused a stream
+ * or consumer, e.g. the server was not started with -js); -ENOMEM.
+ * Nothing is left behind on error.
+ */
+FANOUT_API int fanout_nats_open(const char *url,
+				const struct fanout_nats_opts *o,
+				struct fanout_nats **out);
+
+/**
+ * fanout_nats_task() - make a remote child.
+ * @n:       the dispatcher.
+ * @kind:    one of the kinds it was opened with.
+ * @payload: bytes handed to the worker (copied); may be NULL when @len 0.
+ * @len:     at most the server's max_payload less 512 bytes of headers.
+ * @goal:    copied into @out->goal's storage (NULL = @kind).
+ * @out:     receives fn, arg and goal for one entry of a batch.
+ *
+ * The task's fn defers the child, publishes it and returns -EINPROGRESS;
+ * the child finishes with the outcome the worker reports (its handler's
+ * return value, summary, error and cost), or FANOUT_ERROR when the
+ * publish keeps failing for publish_retry_ms or the child exhausts
+ * MaxDeliver.  A cancel with FANOUT_CANCEL_INTERRUPT, a deadline or a
+ * join policy sends a cancel notice to the worker.
+ *
+ * A remote child waiting for its outcome counts against the engine's
+ * max_children (default 64) like any deferred child: raise it to keep
+ * more of one delegation's children at the workers at once.
+ *
+ * Everything that can be checked before the batch is dispatched is
+ * checked here, so a bad child refuses the batch rather than failing
+ * later.  @out->arg is owned by the child: freed when it finishes.  If
+ * the batch is never dispatched (fanout_dispatch() failed, or you
+ * changed your mind) release it with fanout_nats_task_discard(); one
+ * whose delegation was cancelled before the child started is freed by
+ * fanout_nats_close().
+ *
+ * Context: never blocks.
+ * Return: 0; -EINVAL (NULL @n or @out, NULL @payload with @len > 0);
+ * -ENOENT (kind not configured); -EMSGSIZE (payload too big for the
+ * server); -ENOTCONN (the connection is down now: nothing would be
+ * delivered until it is back); -ENOMEM.  On error @out is untouched.
+ */
+FANOUT_API int fanout_nats_task(struct fanout_nats *n, const char *kind,
+				const void *payload, size_t len,
+				const char *goal, struct fanout_task *out);
+
+/**
+ * fanout_nats_task_discard() - release a task fanout_nats_task() made
+ * that was never dispatched.  NULL or a task not made by it: no-op.
+ */
+FANOUT_API void fanout_nats_task_discard(struct fanout_task *t);
+
+/**
+ * struct fanout_nats_stats - dispatcher counters since open.
+ * @published:   children stored by JetStream (first publish acked).
+ * @republished: publish attempts retried (server down, ack lost).
+ * @results:     outcomes that finished a child.
+ * @duplicates:  outcomes dropped because the child was already finished
+ *               (a second run's outcome, or one after a deadline).
+ * @redelivered: outcomes that came from a delivery after the first (the
+ *               worker that had the child died or stopped).
+ * @exhausted:   children finished as ERROR after MaxDeliver deliveries.
+ * @cancels:     cancel notices sent.
+ * @publish_failed: children finished as ERROR because publishing failed
+ *               for publish_retry_ms.
+ * @in_flight:   children published (or publishing) and not finished.
+ */
+struct fanout_nats_stats {
+	uint64_t published;
+	uint64_t republished;
+	uint64_t results;
+	uint64_t duplicates;
+	uint64_t redelivered;
+	uint64_t exhausted;
+	uint64_t cancels;
+	uint64_t publish_failed;
+	uint64_t in_flight;
+};
+
+/** fanout_nats_stats() - read the counters.  Return: 0; -EINVAL. */
+FANOUT_API int fanout_nats_stats(struct fanout_nats *n,
+				 struct fanout_nats_stats *st);
+
+/**
+ * fanout_nats_close() - stop the dispatcher and free it.
+ * @n: the handle, or NULL (no-op).
+ *
+ * Call it after the engines that ran its children were shut down (or
+ * their delegations finished).  Children still waiting for an outcome
+ * are finished as FANOUT_ERROR, code -ECONNABORTED; their durable
+ * consumers are deleted (outcomes still to come are dropped by the
+ * results stream's 24 h age limit).
+ */
+FANOUT_API void fanout_nats_close(struct fanout_nats *n);
+
+/* ------------------------------------------------------------ worker side */
+
+/**
+ * struct fanout_nats_job - one child as a worker's handler sees it; the
+ * handler's arg.  Valid until the handler returns.
+ * @payload, @len: the bytes given to fanout_nats_task().
+ * @kind:     the kind served.
+ * @key:      "<dispatcher>.<seq>", unique per child: key side effects on
+ *            it to make them idempotent across redeliveries.
+ * @delivery: 1 for the first delivery, 2 after one redelivery, ...
+ * @user:     fanout_nats_serve_opts.handler_arg.
+ */
+struct fanout_nats_job {
+	const void *payload;
+	size_t len;
+	const char *kind;
+	const char *key;
+	unsigned delivery;
+	void *user;
+};
+
+/**
+ * struct fanout_nats_serve_opts - worker options; zero = default.
+ * @url:         server (NULL = nats://127.0.0.1:4222).
+ * @kind:        the kind to serve (required).
+ * @handler:     runs each child as a child of a local delegation, with a
+ *               struct fanout_nats_job * as arg: its return value,
+ *               fanout_set_summary/set_error/add_cost become the outcome
+ *               sent back; it sees fanout_interrupted() when the
+ *               dispatcher cancels the child or the worker stops.
+ * @handler_arg: fanout_nats_job.user.
+ * @engine:      local engine the handlers run on (NULL = one of
+ *               @concurrency workers made and destroyed by the call).
+ * @concurrency: children run at once (default 1; with @engine, default
+ *               its worker count).
+ * @ack_wait_ms: AckWait of the kind's consumer if this call creates it
+ *               (default 30000).
+ * @max_deliver: MaxDeliver of that consumer (default 5).
+ * @progress_ms: how often a running child's message gets InProgress
+ *               (default ack_wait_ms / 3), so AckWait expires only for a
+ *               dead worker.
+ * @stop:        the call returns soon after *@stop becomes non-zero (set
+ *               it from a signal handler).  Children running then are
+ *               interrupted and handed back (Nak) for another worker;
+ *               their outcomes are not sent.
+ */
+struct fanout_nats_serve_opts {
+	const char *url;
+	const char *kind;
+	fanout_fn handler;
+	void *handler_arg;
+	struct fanout_engine *engine;
+	unsigned concurrency;
+	int ack_wait_ms;
+	int max_deliver;
+	int progress_ms;
+	volatile sig_atomic_t *stop;
+};
+
+/**
+ * fanout_nats_serve() - run children of one kind until told to stop.
+ * @o: options.
+ *
+ * Pulls with explicit ack; for each child runs the handler, publishes
+ * the outcome to the dispatcher's result subject (asynchronously,
+ * retried while the server is away) and acks the child only once
+ * JetStream has stored the outcome, so a worker killed at any point
+ * leaves the child to be redelivered.  A
+ * child whose dispatcher cancelled it is answered -ECANCELED unrun.
+ *
+ * Context: blocks until *@o->stop.
+ * Return: 0 after a stop; -EINVAL (NULL @o, no handler, a bad kind);
+ * -ECONNREFUSED (no server at first); -EPROTO (JetStream refused the
+ * stream or consumer); -ENOMEM; or a fanout_create() error.
+ */
+FANOUT_API int fanout_nats_serve(const struct fanout_nats_serve_opts *o);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FANOUT_NATS_H */

@@ -1,0 +1,520 @@
+// SPDX-License-Identifier: MIT
+/*
+ * nats_serve.c - the worker side: fanout_nats_serve().
+ *
+ * One thread (the caller's) pulls children of one kind and hands each to
+ * a local fanout engine as a one-child background delegation whose event
+ * comes back to a private sink; handlers therefore run on the engine's
+ * workers, use fanout_interrupted() and the fanout_set_* calls like any
+ * child, and a process serves as many children at once as it has
+ * cores.  The same thread watches the cancel subject, keeps the running
+ * children's messages alive with InProgress, publishes each outcome
+ * (waiting for JetStream's ack, with Nats-Msg-Id "r.<key>" so a second
+ * run's outcome is stored at most once within the duplicate window) and
+ * only then acks the child.  So a worker killed at any point leaves the
+ * child unacked, and JetStream redelivers it after AckWait.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "nats_internal.h"
+
+#define CANCEL_RING 4096
+
+struct job {
+	struct fanout_nats_job pub; /* the handler's arg */
+	natsMsg *msg;
+	const char *reply; /* in msg's headers */
+	char key[FNATS_KEY_MAX];
+	fanout_id id;
+	bool cancelled; /* by the dispatcher's notice */
+	struct job *prev, *next;
+	char *body; /* the encoded outcome, while it is being published */
+	size_t blen;
+	struct job *pnext; /* publishing list / retry list */
+};
+
+struct server {
+	const struct fanout_nats_serve_opts *o;
+	struct fnats_names nm;
+	natsConnection *nc;
+	jsCtx *js;
+	natsSubscription *sub, *csub;
+	struct fanout_engine *e;
+	struct fanout_sink *sink;
+	struct job head; /* running, a ring */
+	unsigned running;
+	bool stopping;
+	char ring[CANCEL_RING][FNATS_KEY_MAX]; /* recent cancel notices */
+	unsigned ring_next;
+	/* Outcomes published, waiting for JetStream's ack (which runs on a
+	 * libnats thread, hence the lock; see fanout_nats.h THREADS). */
+	pthread_mutex_t lock;
+	struct job *publishing, *retry;
+	unsigned npublishing;
+};
+
+static bool stop_asked(const struct server *sv)
+{
+	return sv->o->stop && *sv->o->stop;
+}
+
+static bool ring_has(const struct server *sv, const char *key)
+{
+	unsigned i;
+
+	for (i = 0; i < CANCEL_RING; i++)
+		if (sv->ring[i][0] && !strcmp(sv->ring[i], key))
+			return true;
+	return false;
+}
+
+static void drain_cancels(struct server *sv)
+{
+	natsMsg *m = NULL;
+
+	while (natsSubscription_NextMsg(&m, sv->csub, 0) == NATS_OK) {
+		char key[FNATS_KEY_MAX];
+		int len = natsMsg_GetDataLength(m);
+		struct job *j;
+
+		if (len > 0 && len < FNATS_KEY_MAX) {
+			memcpy(key, natsMsg_GetData(m), (size_t)len);
+			key[len] = '\0';
+			for (j = sv->head.next; j != &sv->head; j = j->next)
+				if (!strcmp(j->key, key))
+					break;
+			if (j != &sv->head) {
+				j->cancelled = true;
+				fanout_cancel(sv->e, j->id,
+					      FANOUT_CANCEL_INTERRUPT);
+			} else {
+				snprintf(sv->ring[sv->ring_next], FNATS_KEY_MAX,
+					 "%s", key);
+				sv->ring_next =
+					(sv->ring_next + 1) % CANCEL_RING;
+			}
+		}
+		natsMsg_Destroy(m);
+		m = NULL;
+	}
+}
+
+static natsStatus publish_outcome(struct server *sv, struct job *j)
+{
+	char id[FNATS_KEY_MAX + 2], dv[16];
+	jsPubOptions po;
+	natsMsg *m = NULL;
+	natsStatus s;
+
+	snprintf(id, sizeof(id), "r.%s", j->key);
+	snprintf(dv, sizeof(dv), "%u", j->pub.delivery);
+	jsPubOptions_Init(&po);
+	po.MaxWait = 5000; /* a lost ack is retried, under the same id */
+	s = natsMsg_Create(&m, j->reply, NULL, j->body, (int)j->blen);
+	if (s == NATS_OK)
+		s = natsMsgHeader_Set(m, "Nats-Msg-Id", id);
+	if (s == NATS_OK)
+		s = natsMsgHeader_Set(m, FNATS_HDR_KEY, j->key);
+	if (s == NATS_OK)
+		s = natsMsgHeader_Set(m, FNATS_HDR_DELIVERY, dv);
+	if (s == NATS_OK)
+		s = js_PublishMsgAsync(sv->js, &m, &po);
+	natsMsg_Destroy(m);
+	return s;
+}
+
+static void job_free(struct job *j)
+{
+	natsMsg_Destroy(j->msg);
+	free(j->body);
+	free(j);
+}
+
+/* JetStream stored the outcome (ack the child) or did not (retry). */
+static void result_ack(jsCtx *js, natsMsg *m, jsPubAck *pa, jsPubAckErr *pae,
+		       void *closure)
+{
+	struct server *sv = closure;
+	const char *key = NULL;
+	struct job **pp, *j = NULL;
+
+	natsMsgHeader_Get(m, FNATS_HDR_KEY, &key);
+	pthread_mutex_lock(&sv->lock);
+	for (pp = &sv->publishing; key && *pp; pp = &(*pp)->pnext) {
+		if (!strcmp((*pp)->key, key)) {
+			j = *pp;
+			*pp = j->pnext;
+			break;
+		}
+	}
+	if (j && !pa) {
+		j->pnext = sv->retry;
+		sv->retry = j;
+		j = NULL;
+	} else if (j) {
+		sv->npublishing--;
+	}
+	pthread_mutex_unlock(&sv->lock);
+	natsMsg_Destroy(m);
+	if (!j)
+		return;
+	natsMsg_Ack(j->msg, NULL); /* only now: the outcome is stored */
+	job_free(j);
+}
+
+/* Hand @j's outcome to JetStream; result_ack() finishes the job. */
+static void send_outcome(struct server *sv, struct job *j)
+{
+	pthread_mutex_lock(&sv->lock);
+	j->pnext = sv->publishing;
+	sv->publishing = j;
+	sv->npublishing++;
+	pthread_mutex_unlock(&sv->lock);
+	if (publish_outcome(sv, j) == NATS_OK)
+		return;
+	pthread_mutex_lock(&sv->lock);
+	{
+		struct job **pp;
+
+		for (pp = &sv->publishing; *pp && *pp != j; pp = &(*pp)->pnext)
+			;
+		if (*pp) {
+			*pp = j->pnext;
+			j->pnext = sv->retry;
+			sv->retry = j;
+		}
+	}
+	pthread_mutex_unlock(&sv->lock);
+}
+
+static void do_retries(struct server *sv)
+{
+	struct job *j, *next;
+
+	pthread_mutex_lock(&sv->lock);
+	j = sv->retry;
+	sv->retry = NULL;
+	pthread_mutex_unlock(&sv->lock);
+	for (; j; j = next) {
+		next = j->pnext;
+		send_outcome(sv, j);
+	}
+}
+
+static struct job *job_for_outcome(natsMsg *msg, const char *reply,
+				   const char *key, unsigned delivery,
+				   const struct fanout_result *r)
+{
+	struct job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return NULL;
+	if (fnats_encode_outcome(r, &j->body, &j->blen)) {
+		free(j);
+		return NULL;
+	}
+	j->msg = msg;
+	j->reply = reply;
+	snprintf(j->key, sizeof(j->key), "%s", key);
+	j->pub.delivery = delivery;
+	return j;
+}
+
+static void answer_unrun(struct server *sv, natsMsg *msg, const char *reply,
+			 const char *key, unsigned delivery)
+{
+	struct fanout_result r = {
+		.status = FANOUT_INTERRUPTED,
+		.code = -ECANCELED,
+		.error = "cancelled by the dispatcher before a worker ran it",
+	};
+
+	struct job *j = job_for_outcome(msg, reply, key, delivery, &r);
+
+	if (!j) {
+		natsMsg_Nak(msg, NULL);
+		natsMsg_Destroy(msg);
+		return;
+	}
+	send_outcome(sv, j);
+}
+
+static void start(struct server *sv, natsMsg *msg)
+{
+	const char *key = NULL, *reply = NULL;
+	jsMsgMetaData *meta = NULL;
+	unsigned delivery = 1;
+	struct fanout_task t;
+	struct fanout_batch b;
+	struct job *j;
+
+	if (natsMsgHeader_Get(msg, FNATS_HDR_KEY, &key) != NATS_OK ||
+	    natsMsgHeader_Get(msg, FNATS_HDR_REPLY, &reply) != NATS_OK ||
+	    !key || !reply || strlen(key) >= FNATS_KEY_MAX) {
+		natsMsg_Term(msg, NULL); /* not ours: never redeliver it */
+		natsMsg_Destroy(msg);
+		return;
+	}
+	if (natsMsg_GetMetaData(&meta, msg) == NATS_OK) {
+		delivery = (unsigned)meta->NumDelivered;
+		jsMsgMetaData_Destroy(meta);
+	}
+	if (ring_has(sv, key)) {
+		answer_unrun(sv, msg, reply, key, delivery);
+		return;
+	}
+	j = calloc(1, sizeof(*j));
+	if (!j) {
+		natsMsg_Nak(msg, NULL);
+		natsMsg_Destroy(msg);
+		return;
+	}
+	j->msg = msg;
+	j->reply = reply;
+	snprintf(j->key, sizeof(j->key), "%s", key);
+	j->pub = (struct fanout_nats_job){
+		.payload = natsMsg_GetData(msg),
+		.len = (size_t)natsMsg_GetDataLength(msg),
+		.kind = sv->o->kind,
+		.key = j->key,
+		.delivery = delivery,
+		.user = sv->o->handler_arg,
+	};
+	t = (struct fanout_task){
+		.goal = j->key, .fn = sv->o->handler, .arg = &j->pub};
+	b = (struct fanout_batch){
+		.tasks = &t, .ntasks = 1, .sink = sv->sink, .user = j};
+	j->next = &sv->head;
+	j->prev = sv->head.prev;
+	j->prev->next = j;
+	sv->head.prev = j;
+	if (fanout_dispatch(sv->e, &b, &j->id)) {
+		j->prev->next = j->next;
+		j->next->prev = j->prev;
+		natsMsg_Nak(msg, NULL); /* another worker may take it */
+		natsMsg_Destroy(msg);
+		free(j);
+		return;
+	}
+	sv->running++;
+}
+
+static void finish(struct server *sv, struct fanout_event *ev)
+{
+	struct job *j = ev->user;
+	const struct fanout_result *r = &ev->results[0];
+
+	j->prev->next = j->next;
+	j->next->prev = j->prev;
+	sv->running--;
+	if (sv->stopping && !j->cancelled && r->status == FANOUT_INTERRUPTED) {
+		/* Interrupted by our own stop: hand it to another worker. */
+		natsMsg_Nak(j->msg, NULL);
+		job_free(j);
+	} else if (fnats_encode_outcome(r, &j->body, &j->blen)) {
+		natsMsg_Nak(j->msg, NULL);
+		job_free(j);
+	} else {
+		send_outcome(sv, j);
+	}
+	fanout_event_free(ev);
+}
+
+static void reap(struct server *sv, int timeout_ms)
+{
+	struct fanout_event *ev;
+
+	if (fanout_wait(sv->sink, &ev, timeout_ms) != 0)
+		return;
+	finish(sv, ev);
+	while (fanout_poll(sv->sink, &ev) == 0)
+		finish(sv, ev);
+}
+
+static void progress(struct server *sv)
+{
+	struct job *j;
+
+	for (j = sv->head.next; j != &sv->head; j = j->next)
+		natsMsg_InProgress(j->msg, NULL);
+}
+
+static int setup(struct server *sv, unsigned *conc)
+{
+	const struct fanout_nats_serve_opts *o = sv->o;
+	jsSubOptions so;
+	jsOptions jo;
+	jsErrCode jerr = 0;
+	natsStatus s;
+	int ack_wait = o->ack_wait_ms > 0 ? o->ack_wait_ms : 30000;
+	int err;
+
+	if (o->engine) {
+		sv->e = o->engine;
+		if (!*conc) {
+			struct fanout_stats st;
+
+			fanout_stats(sv->e, &st);
+			*conc = st.nworkers ? st.nworkers : 1;
+		}
+	} else {
+		struct fanout_config cfg = {0};
+
+		if (!*conc)
+			*conc = 1;
+		cfg.workers = *conc;
+		cfg.flags = FANOUT_NO_PIN;
+		cfg.max_async = *conc + 16;
+		cfg.spin_ns = 1000;
+		err = fanout_create(&cfg, &sv->e);
+		if (err)
+			return err;
+	}
+	err = fanout_sink_create(sv->e, &sv->sink);
+	if (err)
+		return err;
+	jsOptions_Init(&jo);
+	jo.PublishAsync.MaxPending = 4096;
+	jo.PublishAsync.AckHandler = result_ack;
+	jo.PublishAsync.AckHandlerClosure = sv;
+	err = fnats_connect(o->url, 2000, "fanout-worker", &sv->nc, &sv->js,
+			    &jo);
+	if (err)
+		return err;
+	err = fnats_ensure_stream(sv->js, sv->nm.stream, sv->nm.work, true, 0);
+	if (err)
+		return err;
+	jsSubOptions_Init(&so);
+	so.Stream = sv->nm.stream;
+	so.Config.AckPolicy = js_AckExplicit;
+	so.Config.AckWait = (int64_t)ack_wait * 1000000;
+	so.Config.MaxDeliver = o->max_deliver > 0 ? o->max_deliver : 5;
+	so.Config.MaxAckPending = 65536;
+	s = js_PullSubscribe(&sv->sub, sv->js, sv->nm.work, sv->nm.durable,
+			     NULL, &so, &jerr);
+	if (s != NATS_OK)
+		return s == NATS_NO_MEMORY ? -ENOMEM : -EPROTO;
+	s = natsConnection_SubscribeSync(&sv->csub, sv->nc, sv->nm.cancel);
+	if (s == NATS_OK)
+		s = natsSubscription_SetPendingLimits(sv->csub, -1, -1);
+	if (s == NATS_OK)
+		s = natsConnection_Flush(sv->nc);
+	return s == NATS_OK ? 0 : fnats_errno(s);
+}
+
+int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
+{
+	struct server *sv;
+	unsigned conc;
+	uint64_t next_progress;
+	int progress_ms, err;
+
+	if (!o || !o->handler || !fnats_kind_ok(o->kind))
+		return -EINVAL;
+	sv = calloc(1, sizeof(*sv));
+	if (!sv)
+		return -ENOMEM;
+	sv->o = o;
+	fnats_names(o->kind, &sv->nm);
+	sv->head.next = sv->head.prev = &sv->head;
+	pthread_mutex_init(&sv->lock, NULL);
+	conc = o->concurrency;
+	err = setup(sv, &conc);
+	if (err)
+		goto out;
+	progress_ms = o->progress_ms > 0 ? o->progress_ms :
+		      o->ack_wait_ms > 0 ? o->ack_wait_ms / 3 :
+					   10000;
+	next_progress = fnats_now_ms() + (uint64_t)progress_ms;
+	while (!stop_asked(sv)) {
+		drain_cancels(sv);
+		do_retries(sv);
+		if (sv->running < conc) {
+			natsMsgList list = {0};
+			int i, ferr;
+
+			/* Idle: wait for a child; busy: take what is there. */
+			ferr = fnats_fetch(sv->sub, &list,
+					   (int)(conc - sv->running),
+					   sv->running ? 0 : 100);
+			if (ferr && ferr != -ETIMEDOUT)
+				usleep(50000); /* reconnecting */
+			for (i = 0; i < list.Count; i++) {
+				start(sv, list.Msgs[i]);
+				list.Msgs[i] = NULL;
+			}
+			natsMsgList_Destroy(&list);
+			reap(sv, list.Count || !sv->running ? 0 : 2);
+		} else {
+			reap(sv, 20);
+		}
+		if (fnats_now_ms() >= next_progress) {
+			progress(sv);
+			next_progress = fnats_now_ms() + (uint64_t)progress_ms;
+		}
+	}
+	/* Stop: interrupt what runs and give it back. */
+	sv->stopping = true;
+	{
+		struct job *j;
+
+		for (j = sv->head.next; j != &sv->head; j = j->next)
+			fanout_cancel(sv->e, j->id, FANOUT_CANCEL_INTERRUPT);
+	}
+	while (sv->running)
+		reap(sv, 100);
+	/* Outcomes on their way: give them a moment to be stored. */
+	{
+		uint64_t t0 = fnats_now_ms();
+
+		while (fnats_now_ms() - t0 < 3000) {
+			unsigned left;
+
+			do_retries(sv);
+			pthread_mutex_lock(&sv->lock);
+			left = sv->npublishing;
+			pthread_mutex_unlock(&sv->lock);
+			if (!left)
+				break;
+			usleep(10000);
+		}
+	}
+	err = 0;
+out:
+	if (sv->csub)
+		natsSubscription_Destroy(sv->csub);
+	if (sv->sub)
+		natsSubscription_Destroy(sv->sub);
+	if (sv->nc)
+		natsConnection_Close(sv->nc);
+	if (sv->js)
+		jsCtx_Destroy(sv->js);
+	if (sv->nc)
+		natsConnection_Destroy(sv->nc);
+	/* Not stored: left unacked, JetStream redelivers them. */
+	while (sv->publishing) {
+		struct job *j = sv->publishing;
+
+		sv->publishing = j->pnext;
+		job_free(j);
+	}
+	while (sv->retry) {
+		struct job *j = sv->retry;
+
+		sv->retry = j->pnext;
+		job_free(j);
+	}
+	pthread_mutex_destroy(&sv->lock);
+	if (sv->e && sv->e != o->engine)
+		fanout_destroy(sv->e);
+	else if (sv->sink)
+		fanout_sink_destroy(sv->sink);
+	free(sv);
+	return err;
+}

@@ -1,0 +1,584 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_remote.c - remote children over NATS JetStream, against a real
+ * nats-server that each test starts on a free port in a temporary
+ * directory (and kills at the end), and real worker processes
+ * (remote-test-worker, fanout-worker).  Faults are real too: SIGKILL to a
+ * worker, the server stopped and restarted on its store, the
+ * dispatcher's TCP connection cut by a proxy.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <nats/nats.h>
+
+#include "fanout_nats.h"
+#include "nats_harness.h"
+
+#define MAXW 4
+
+struct env {
+	struct nats_srv srv;
+	struct fanout_engine *e;
+	struct fanout_nats *n;
+	pid_t w[MAXW];
+	char log[MAXW][PATH_MAX + 32];
+	char worker[PATH_MAX];
+};
+
+/* The running test's env, for the teardown after a failed assertion. */
+static struct env *cur;
+
+static struct env *env_new(const char *url_override_unused)
+{
+	struct env *v = calloc(1, sizeof(*v));
+	struct fanout_config cfg = {.flags = FANOUT_NO_PIN, .workers = 2};
+	const char *w = getenv("REMOTE_TEST_ENGINE_WORKERS");
+	int i;
+
+	(void)url_override_unused;
+	assert_non_null(v);
+	if (w)
+		cfg.workers = (unsigned)atoi(w);
+	assert_int_equal(nats_srv_start(&v->srv), 0);
+	assert_int_equal(fanout_create(&cfg, &v->e), 0);
+	h_sibling(v->worker, sizeof(v->worker), "remote-test-worker");
+	for (i = 0; i < MAXW; i++) {
+		size_t dl = strlen(v->srv.dir);
+
+		memcpy(v->log[i], v->srv.dir, dl);
+		snprintf(v->log[i] + dl, sizeof(v->log[i]) - dl, "/w%d.log", i);
+	}
+	cur = v;
+	return v;
+}
+
+static int open_disp(struct env *v, const char *url, int retry_ms)
+{
+	static const char *const kinds[] = {"t", "x"};
+	struct fanout_nats_opts o = {.kinds = kinds,
+				     .nkinds = 2,
+				     .id = "tdisp",
+				     .publish_retry_ms = retry_ms};
+
+	return fanout_nats_open(url ? url : v->srv.url, &o, &v->n);
+}
+
+static void start_worker(struct env *v, int i, const char *kind, int conc,
+			 int max_deliver)
+{
+	char c[16], m[16];
+	char *argv[] = {v->worker,
+			"--url",
+			v->srv.url,
+			"--kind",
+			(char *)kind,
+			"--concurrency",
+			c,
+			"--ack-wait-ms",
+			"1000",
+			"--max-deliver",
+			m,
+			"--log",
+			v->log[i],
+			NULL};
+
+	snprintf(c, sizeof(c), "%d", conc);
+	snprintf(m, sizeof(m), "%d", max_deliver);
+	v->w[i] = h_spawn(argv);
+	assert_true(v->w[i] > 0);
+}
+
+static void env_free(struct env *v)
+{
+	int i;
+
+	for (i = 0; i < MAXW; i++)
+		h_kill_wait(v->w[i], SIGTERM);
+	if (v->e)
+		fanout_shutdown(v->e);
+	fanout_nats_close(v->n);
+	fanout_destroy(v->e);
+	nats_srv_stop(&v->srv);
+	free(v);
+	cur = NULL;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (cur)
+		env_free(cur);
+	return 0;
+}
+
+/* Make tasks for @payloads and dispatch them. */
+static fanout_id dispatch(struct env *v, const char *kind, const char **pl,
+			  unsigned n, uint64_t deadline_ns)
+{
+	struct fanout_task t[64];
+	struct fanout_batch b = {
+		.tasks = t, .ntasks = n, .deadline_ns = deadline_ns};
+	fanout_id id = 0;
+	unsigned i;
+
+	assert_true(n <= 64);
+	for (i = 0; i < n; i++)
+		assert_int_equal(fanout_nats_task(v->n, kind, pl[i],
+						  strlen(pl[i]), NULL, &t[i]),
+				 0);
+	assert_int_equal(fanout_dispatch(v->e, &b, &id), 0);
+	return id;
+}
+
+/* The one event of the only delegation, and no second one. */
+static struct fanout_event *one_event(struct env *v, int timeout_ms)
+{
+	struct fanout_sink *s = fanout_default_sink(v->e);
+	struct fanout_event *ev = NULL, *ev2 = NULL;
+
+	assert_int_equal(fanout_wait(s, &ev, timeout_ms), 0);
+	assert_int_equal(fanout_wait(s, &ev2, 200), -ETIMEDOUT);
+	return ev;
+}
+
+static void test_roundtrip(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[] = {"echo:alpha", "fail:5:boom", "cost:2.5", "noop"};
+	struct fanout_nats_stats st;
+	struct fanout_event *ev;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	start_worker(v, 0, "t", 2, 5);
+	dispatch(v, "t", pl, 4, 0);
+	ev = one_event(v, 60000);
+	assert_int_equal(ev->nresults, 4);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	assert_string_equal(ev->results[0].summary, "alpha");
+	assert_int_equal(ev->results[1].status, FANOUT_ERROR);
+	assert_int_equal(ev->results[1].code, -5);
+	assert_string_equal(ev->results[1].error, "boom");
+	assert_int_equal(ev->results[2].status, FANOUT_COMPLETED);
+	assert_true(ev->results[2].cost == 2.5);
+	assert_int_equal(ev->results[3].status, FANOUT_COMPLETED);
+	assert_int_equal(ev->ncompleted, 3);
+	fanout_event_free(ev);
+	assert_int_equal(fanout_nats_stats(v->n, &st), 0);
+	assert_int_equal(st.results, 4);
+	assert_int_equal(st.in_flight, 0);
+	env_free(v);
+}
+
+static void test_exec_worker(void **state)
+{
+	struct env *v = env_new(NULL);
+	char fw[PATH_MAX];
+	const char *pl1[] = {"abc", "hello"};
+	const char *pl2[] = {"x"};
+	struct fanout_event *ev;
+	pid_t a, b;
+
+	(void)state;
+	h_sibling(fw, sizeof(fw), "fanout-worker");
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	{
+		char *av[] = {fw,  "--url",  v->srv.url,   "--kind",
+			      "t", "--exec", "tr a-z A-Z", NULL};
+		char *bv[] = {fw,
+			      "--url",
+			      v->srv.url,
+			      "--kind",
+			      "x",
+			      "--exec",
+			      "cat >/dev/null; echo -n partial; exit 3",
+			      NULL};
+
+		a = h_spawn(av);
+		b = h_spawn(bv);
+	}
+	dispatch(v, "t", pl1, 2, 0);
+	ev = one_event(v, 60000);
+	assert_int_equal(ev->status, FANOUT_COMPLETED);
+	assert_string_equal(ev->results[0].summary, "ABC");
+	assert_string_equal(ev->results[1].summary, "HELLO");
+	fanout_event_free(ev);
+	dispatch(v, "x", pl2, 1, 0);
+	ev = one_event(v, 60000);
+	assert_int_equal(ev->results[0].status, FANOUT_ERROR);
+	assert_int_equal(ev->results[0].code, 3);
+	assert_string_equal(ev->results[0].summary, "partial");
+	assert_non_null(strstr(ev->results[0].error, "status 3"));
+	fanout_event_free(ev);
+	h_kill_wait(a, SIGTERM);
+	h_kill_wait(b, SIGTERM);
+	env_free(v);
+}
+
+/* A worker killed mid-child: another gets it after AckWait; once in the
+ * event. */
+static void test_worker_killed_redelivered(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[10];
+	char buf[10][32];
+	struct fanout_nats_stats st;
+	struct fanout_event *ev;
+	unsigned i;
+
+	(void)state;
+	for (i = 0; i < 10; i++) {
+		snprintf(buf[i], sizeof(buf[i]), "sleep:300:c%u", i);
+		pl[i] = buf[i];
+	}
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	start_worker(v, 0, "t", 2, 5);
+	dispatch(v, "t", pl, 10, 0);
+	assert_true(h_wait_lines(v->log[0], "S ", 1, 30000));
+	h_kill_wait(v->w[0], SIGKILL);
+	v->w[0] = 0;
+	start_worker(v, 1, "t", 4, 5);
+	ev = one_event(v, 60000);
+	assert_int_equal(ev->nresults, 10);
+	assert_int_equal(ev->ncompleted, 10);
+	for (i = 0; i < 10; i++) {
+		char want[16];
+
+		snprintf(want, sizeof(want), "c%u", i);
+		assert_int_equal(ev->results[i].index, i);
+		assert_string_equal(ev->results[i].summary, want);
+	}
+	fanout_event_free(ev);
+	fanout_nats_stats(v->n, &st);
+	assert_true(st.redelivered >= 1);
+	assert_true(h_count_lines(v->log[1], "S ") >= 10 - 1);
+	env_free(v);
+}
+
+/* A child that kills every worker that takes it: ERROR naming MaxDeliver;
+ * the other child of the batch is unaffected; the join does not hang. */
+static void test_max_deliver_exhausted(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[] = {"crash", "echo:fine"};
+	struct fanout_sink *s;
+	struct fanout_event *ev = NULL;
+	struct fanout_nats_stats st;
+	long t0 = h_now_ms();
+	int stt;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	start_worker(v, 0, "t", 1, 2);
+	dispatch(v, "t", pl, 2, 0);
+	s = fanout_default_sink(v->e);
+	while (fanout_wait(s, &ev, 100) == -ETIMEDOUT) {
+		assert_true(h_now_ms() - t0 < 60000);
+		if (waitpid(v->w[0], &stt, WNOHANG) == v->w[0])
+			start_worker(v, 0, "t", 1, 2); /* a supervisor */
+	}
+	assert_int_equal(ev->results[0].status, FANOUT_ERROR);
+	assert_non_null(ev->results[0].error);
+	assert_non_null(strstr(ev->results[0].error, "MaxDeliver=2"));
+	assert_int_equal(ev->results[1].status, FANOUT_COMPLETED);
+	assert_string_equal(ev->results[1].summary, "fine");
+	fanout_event_free(ev);
+	fanout_nats_stats(v->n, &st);
+	assert_int_equal(st.exhausted, 1);
+	env_free(v);
+}
+
+/* A deadline: INTERRUPTED with -ETIMEDOUT, and the worker is told. */
+static void test_deadline(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[] = {"sleep:60000:late", "echo:soon"};
+	struct fanout_event *ev;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	start_worker(v, 0, "t", 2, 5);
+	dispatch(v, "t", pl, 2, 1500ull * 1000000);
+	ev = one_event(v, 60000);
+	assert_true(ev->timed_out);
+	assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+	assert_int_equal(ev->results[0].code, -ETIMEDOUT);
+	assert_int_equal(ev->results[1].status, FANOUT_COMPLETED);
+	fanout_event_free(ev);
+	/* the cancel notice reached the running handler */
+	assert_true(h_wait_lines(v->log[0], "C ", 1, 30000));
+	env_free(v);
+}
+
+/* fanout_cancel(INTERRUPT) without ABANDON: the worker's handler sees
+ * fanout_interrupted() and its -ECANCELED comes back as the outcome. */
+static void test_cancel_reaches_worker(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[] = {"sleep:60000:never"};
+	struct fanout_nats_stats st;
+	struct fanout_event *ev;
+	fanout_id id;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	start_worker(v, 0, "t", 1, 5);
+	id = dispatch(v, "t", pl, 1, 0);
+	assert_true(h_wait_lines(v->log[0], "S ", 1, 30000));
+	assert_int_equal(fanout_cancel(v->e, id, FANOUT_CANCEL_INTERRUPT), 0);
+	ev = one_event(v, 60000);
+	assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+	assert_int_equal(ev->results[0].code, -ECANCELED);
+	assert_true(ev->cancelled);
+	fanout_event_free(ev);
+	assert_int_equal(h_count_lines(v->log[0], "C "), 1);
+	fanout_nats_stats(v->n, &st);
+	assert_int_equal(st.cancels, 1);
+	env_free(v);
+}
+
+/* nats-server stopped and restarted on the same store mid-run: nothing
+ * accepted is lost, children in flight complete after it is back. */
+static void test_server_restart(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[30];
+	char buf[30][32];
+	struct fanout_event *ev;
+	unsigned i;
+
+	(void)state;
+	for (i = 0; i < 30; i++) {
+		snprintf(buf[i], sizeof(buf[i]), "sleep:200:r%u", i);
+		pl[i] = buf[i];
+	}
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	start_worker(v, 0, "t", 2, 10);
+	start_worker(v, 1, "t", 2, 10);
+	dispatch(v, "t", pl, 30, 0);
+	/* both workers connected and running children */
+	assert_true(h_wait_lines(v->log[0], "S ", 1, 30000));
+	assert_true(h_wait_lines(v->log[1], "S ", 1, 30000));
+	nats_srv_kill(&v->srv, SIGTERM);
+	h_sleep_ms(700);
+	assert_int_equal(nats_srv_run(&v->srv), 0);
+	ev = one_event(v, 120000);
+	assert_int_equal(ev->ncompleted, 30);
+	for (i = 0; i < 30; i++) {
+		char want[16];
+
+		snprintf(want, sizeof(want), "r%u", i);
+		assert_string_equal(ev->results[i].summary, want);
+	}
+	fanout_event_free(ev);
+	env_free(v);
+}
+
+/* The dispatcher's connection is cut while workers finish: it reconnects
+ * and the outcomes published meanwhile are delivered (durable consumer). */
+static void test_dispatcher_reconnect(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[4] = {"sleep:1000:a", "sleep:1000:b", "sleep:1000:c",
+			     "sleep:1000:d"};
+	struct fanout_nats_stats st;
+	struct fanout_event *ev = NULL;
+	struct proxy px;
+	char url[64];
+
+	(void)state;
+	assert_int_equal(proxy_start(&px, v->srv.port), 0);
+	snprintf(url, sizeof(url), "nats://127.0.0.1:%d", px.port);
+	assert_int_equal(open_disp(v, url, 0), 0);
+	start_worker(v, 0, "t", 4, 5);
+	dispatch(v, "t", pl, 4, 0);
+	assert_true(h_wait_lines(v->log[0], "S ", 4, 30000));
+	atomic_store(&px.down, true);
+	/* every outcome is published while the dispatcher is cut off */
+	assert_true(h_wait_lines(v->log[0], "D ", 4, 30000));
+	h_sleep_ms(500);
+	assert_int_equal(fanout_poll(fanout_default_sink(v->e), &ev), -EAGAIN);
+	atomic_store(&px.down, false);
+	ev = one_event(v, 60000);
+	assert_int_equal(ev->ncompleted, 4);
+	assert_string_equal(ev->results[3].summary, "d");
+	fanout_event_free(ev);
+	fanout_nats_stats(v->n, &st);
+	assert_int_equal(st.results, 4);
+	fanout_shutdown(v->e);
+	fanout_nats_close(v->n);
+	v->n = NULL;
+	proxy_stop(&px);
+	env_free(v);
+}
+
+/* An outcome that arrives twice is counted once. */
+static void test_duplicate_outcome(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[] = {"echo:once"};
+	struct fanout_nats_stats st;
+	struct fanout_event *ev;
+	natsConnection *nc = NULL;
+	natsMsg *m = NULL;
+	const char *body = "FO1 0 0 5 0\ntwice";
+	long t0;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	start_worker(v, 0, "t", 1, 5);
+	dispatch(v, "t", pl, 1, 0);
+	ev = one_event(v, 60000);
+	assert_string_equal(ev->results[0].summary, "once");
+	fanout_event_free(ev);
+	/* the same child's outcome again, as a second run would send it */
+	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
+	assert_int_equal(natsMsg_Create(&m, "fanout.result.tdisp", NULL, body,
+					(int)strlen(body)),
+			 NATS_OK);
+	natsMsgHeader_Set(m, "Fanout-Key", "tdisp.1");
+	natsMsgHeader_Set(m, "Fanout-Delivery", "2");
+	assert_int_equal(natsConnection_PublishMsg(nc, m), NATS_OK);
+	natsConnection_Flush(nc);
+	natsMsg_Destroy(m);
+	natsConnection_Destroy(nc);
+	t0 = h_now_ms();
+	do {
+		fanout_nats_stats(v->n, &st);
+		h_sleep_ms(10);
+	} while (st.duplicates == 0 && h_now_ms() - t0 < 30000);
+	assert_int_equal(st.duplicates, 1);
+	assert_int_equal(st.results, 1);
+	assert_int_equal(fanout_poll(fanout_default_sink(v->e), &ev), -EAGAIN);
+	env_free(v);
+}
+
+static int never_called(struct fanout_child *c, void *arg)
+{
+	(void)c;
+	(void)arg;
+	return -EINVAL;
+}
+
+/* Bad input: a clear error and nothing accepted half-way. */
+static void test_bad_input(void **state)
+{
+	struct env *v = env_new(NULL);
+	static const char *const badk[] = {"Bad.Kind"};
+	struct fanout_nats_opts o = {.kinds = badk, .nkinds = 1};
+	struct fanout_nats *n2 = NULL;
+	struct fanout_task t[2];
+	struct fanout_nats_stats st;
+	struct fanout_stats es;
+	char url[64];
+	char *big;
+	long t0;
+	int err;
+
+	(void)state;
+	/* server unreachable at open */
+	snprintf(url, sizeof(url), "nats://127.0.0.1:%d", h_free_port());
+	assert_int_equal(open_disp(v, url, 0), -ECONNREFUSED);
+	assert_null(v->n);
+	assert_int_equal(fanout_nats_open(v->srv.url, &o, &n2), -EINVAL);
+	assert_int_equal(fanout_nats_open(v->srv.url, NULL, &n2), -EINVAL);
+	assert_null(n2);
+	{
+		struct fanout_nats_serve_opts so = {.url = v->srv.url,
+						    .kind = "t"};
+
+		assert_int_equal(fanout_nats_serve(NULL), -EINVAL);
+		assert_int_equal(fanout_nats_serve(&so), -EINVAL); /* handler */
+		so.handler = never_called;
+		so.kind = "Bad Kind";
+		assert_int_equal(fanout_nats_serve(&so), -EINVAL);
+	}
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	/* unknown kind, oversized payload, NULL payload */
+	assert_int_equal(fanout_nats_task(v->n, "nope", "a", 1, NULL, &t[0]),
+			 -ENOENT);
+	big = calloc(1, 2 << 20);
+	assert_non_null(big);
+	assert_int_equal(fanout_nats_task(v->n, "t", big, 2 << 20, NULL, &t[0]),
+			 -EMSGSIZE);
+	free(big);
+	assert_int_equal(fanout_nats_task(v->n, "t", NULL, 3, NULL, &t[0]),
+			 -EINVAL);
+	/* a batch whose second child is refused is not dispatched at all */
+	assert_int_equal(fanout_nats_task(v->n, "t", "noop", 4, NULL, &t[0]),
+			 0);
+	assert_int_equal(fanout_nats_task(v->n, "zz", "noop", 4, NULL, &t[1]),
+			 -ENOENT);
+	fanout_nats_task_discard(&t[0]);
+	/* server unreachable at dispatch */
+	nats_srv_kill(&v->srv, SIGTERM);
+	t0 = h_now_ms();
+	while ((err = fanout_nats_task(v->n, "t", "noop", 4, NULL, &t[0])) ==
+	       0) {
+		fanout_nats_task_discard(&t[0]);
+		assert_true(h_now_ms() - t0 < 10000);
+		h_sleep_ms(10);
+	}
+	assert_int_equal(err, -ENOTCONN);
+	fanout_nats_stats(v->n, &st);
+	assert_int_equal(st.published, 0);
+	assert_int_equal(st.in_flight, 0);
+	fanout_stats(v->e, &es);
+	assert_int_equal(es.dispatched, 0);
+	assert_int_equal(nats_srv_run(&v->srv), 0);
+	env_free(v);
+}
+
+/* Accepted, then the server vanishes for good: the child still ends, as
+ * ERROR saying why, in the one event. */
+static void test_publish_fails_after_accept(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[] = {"noop"};
+	struct fanout_task t;
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	struct fanout_event *ev;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 300), 0);
+	assert_int_equal(fanout_nats_task(v->n, "t", pl[0], 4, NULL, &t), 0);
+	nats_srv_kill(&v->srv, SIGKILL);
+	assert_int_equal(fanout_dispatch(v->e, &b, NULL), 0);
+	ev = one_event(v, 60000);
+	assert_int_equal(ev->results[0].status, FANOUT_ERROR);
+	assert_non_null(
+		strstr(ev->results[0].error, "publishing to JetStream failed"));
+	fanout_event_free(ev);
+	fanout_shutdown(v->e);
+	fanout_nats_close(v->n);
+	v->n = NULL;
+	env_free(v);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_roundtrip, teardown),
+		cmocka_unit_test_teardown(test_exec_worker, teardown),
+		cmocka_unit_test_teardown(test_worker_killed_redelivered,
+					  teardown),
+		cmocka_unit_test_teardown(test_max_deliver_exhausted, teardown),
+		cmocka_unit_test_teardown(test_deadline, teardown),
+		cmocka_unit_test_teardown(test_cancel_reaches_worker, teardown),
+		cmocka_unit_test_teardown(test_server_restart, teardown),
+		cmocka_unit_test_teardown(test_dispatcher_reconnect, teardown),
+		cmocka_unit_test_teardown(test_duplicate_outcome, teardown),
+		cmocka_unit_test_teardown(test_bad_input, teardown),
+		cmocka_unit_test_teardown(test_publish_fails_after_accept,
+					  teardown),
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	if (getenv("REMOTE_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("REMOTE_TEST_FILTER"));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
