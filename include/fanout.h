@@ -943,7 +943,10 @@ FANOUT_API int fanout_complete(struct fanout_pending *p,
  * @arg: passed to @fn.
  *
  * If the interrupt came first, @fn runs at once, on the caller, before
- * this returns.
+ * this returns.  @fn may run while another thread calls
+ * fanout_complete(@p): @p's memory stays valid until @fn returns, but the
+ * one fanout_complete() per child still holds - @fn may call it only if
+ * no other thread will, and must not use @p after any thread called it.
  * Return: 0; -EINVAL (NULL @p or @fn); -EBUSY (a callback is already
  * registered: one per pending child); -EALREADY (the child is already
  * finished; @fn will not run).
