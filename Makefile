@@ -5,6 +5,14 @@
 #   asan   AddressSanitizer + UndefinedBehaviorSanitizer, system malloc
 #   tsan   ThreadSanitizer, system malloc, TSan annotations compiled in
 # (sanitizers replace malloc, so their builds do not use jemalloc).
+#
+# libfanout.a carries its own private copy of jemalloc (Debian's
+# libjemalloc_pic.a, linked into the archive's one object, every symbol
+# but the fanout_* API made local): it serves fanout's blocks only and the
+# program keeps its own malloc.  libfanout.so is built from separate
+# objects (build/plain/obj-pic/) with global-dynamic thread-locals and the
+# system allocator, so that it loads with dlopen: jemalloc's 2.6 KB of
+# initial-exec TLS cannot (README, "Loading with dlopen").
 
 PREFIX     ?= /usr/local
 DESTDIR    ?=
@@ -13,14 +21,18 @@ INCLUDEDIR ?= $(PREFIX)/include
 CC         ?= cc
 VERSION    := 0.1.0
 
-DEP_LIBS   := -lurcu-bp -lurcu-cds -lurcu-common -lck -lpthread
+DEP_LIBS   := -lurcu-bp -lurcu-cds -lurcu-common -lck -lpthread -lm
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -g -fPIC -fvisibility=hidden \
 	-Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
 	-Iinclude -Iqueue -Ilib
 EXTRA_CFLAGS ?=
 
 CFLAGS_plain := -O2 -DFANOUT_JEMALLOC
-LIBS_plain   := -ljemalloc
+LIBS_plain   :=
+# Linked privately into build/plain/libfanout.a (see above).
+BUNDLE_plain  = $(shell $(CC) -print-file-name=libjemalloc_pic.a)
+# The shared library's objects: plain's flags minus jemalloc.
+CFLAGS_pic   := -O2 -DFQ_TLS_GLOBAL_DYNAMIC
 CFLAGS_asan  := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
 	-fno-sanitize-recover=undefined -DFANOUT_NO_LGPL
 LIBS_asan    := -fsanitize=address,undefined
@@ -51,12 +63,14 @@ build/$(1)/obj/%.o: %.c $(LIB_HDR) | deps-ok
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(BASE_CFLAGS) $$(CFLAGS_$(1)) $$(EXTRA_CFLAGS) -c $$< -o $$@
 
-# One relocatable object, with every hidden (internal) symbol made local:
-# only the public fanout_* API stays global in the archive.
+# One relocatable object, with every other symbol made local: only the
+# public fanout_* API stays global in the archive (the bundled jemalloc's
+# malloc, free, mallocx... included: they serve fanout alone).
 build/$(1)/libfanout.a: $(patsubst %.c,build/$(1)/obj/%.o,$(LIB_SRC))
 	@mkdir -p $$(dir $$@)
-	ld -r -o build/$(1)/fanout-all.o $$^
-	objcopy --localize-hidden build/$(1)/fanout-all.o
+	ld -r -o build/$(1)/fanout-all.o $$^ $$(BUNDLE_$(1))
+	objcopy --localize-hidden --wildcard --keep-global-symbol='fanout_*' \
+		build/$(1)/fanout-all.o
 	rm -f $$@ && ar rcs $$@ build/$(1)/fanout-all.o
 
 lib-$(1): build/$(1)/libfanout.a
@@ -71,8 +85,14 @@ test-$(1): $(addprefix build/$(1)/tests/,$(TEST_NAMES))
 endef
 $(foreach v,$(VARIANTS),$(eval $(call variant_rules,$(v))))
 
-build/plain/libfanout.so: $(patsubst %.c,build/plain/obj/%.o,$(LIB_SRC))
-	$(CC) -shared -Wl,-soname,libfanout.so.0 -o $@ $^ $(DEP_LIBS) -ljemalloc
+build/plain/obj-pic/%.o: %.c $(LIB_HDR) | deps-ok
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) $(CFLAGS_pic) $(EXTRA_CFLAGS) -c $< -o $@
+
+# No jemalloc and no initial-exec TLS: it must load with dlopen (the
+# Python package, ctypes, plugins) and leave the host's malloc alone.
+build/plain/libfanout.so: $(patsubst %.c,build/plain/obj-pic/%.o,$(LIB_SRC))
+	$(CC) -shared -Wl,-soname,libfanout.so.0 -Wl,-z,defs -o $@ $^ $(DEP_LIBS)
 
 .PHONY: deps-ok
 deps-ok:
@@ -107,7 +127,7 @@ check-install: all
 fanout.pc: fanout.pc.in Makefile
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
 	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' \
-	    -e 's|@LIBS_PRIVATE@|$(DEP_LIBS) -ljemalloc|' $< > $@
+	    -e 's|@LIBS_PRIVATE@|$(DEP_LIBS)|' $< > $@
 
 install: all fanout.pc
 	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig
