@@ -4,7 +4,7 @@
  *
  * Correctness: every call here touches only the calling child's own result
  * slot (c->res) and owned[] byte, which no other thread reads until the
- * join's release/acquire (deleg.c); or it reads the record's `cancel` word,
+ * join's release/acquire (join.c); or it reads the record's `cancel` word,
  * an atomic.  A struct fanout_child lives on the runner's stack for exactly
  * the duration of the child function, so a child that keeps the pointer
  * past its return is outside the contract.

@@ -186,6 +186,17 @@ static void wait_word(struct fanout_engine *e, _Atomic uint32_t *word,
 	}
 }
 
+static void cancel_one(struct record *rec, void *how)
+{
+	fanout__cancel_rec(rec, *(unsigned *)how);
+}
+
+/* Interrupt every record in the table (shutdown's scan). */
+static void cancel_all(struct fanout_engine *e, unsigned how)
+{
+	fanout__table_for_each(e, cancel_one, &how);
+}
+
 int fanout_shutdown(struct fanout_engine *e)
 {
 	if (!e)
@@ -200,7 +211,7 @@ int fanout_shutdown(struct fanout_engine *e)
 	}
 	/* seq_cst fence: store shutting; fence; scan. */
 	atomic_thread_fence(memory_order_seq_cst);
-	fanout__table_cancel_all(e, FANOUT_CANCEL_INTERRUPT | CANCEL_SHUTDOWN);
+	cancel_all(e, FANOUT_CANCEL_INTERRUPT | CANCEL_SHUTDOWN);
 	wait_word(e, &e->active, 0);
 	fq_stop(e->q);
 	/* release: pairs with the acquire in wait_word() of later callers. */

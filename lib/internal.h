@@ -193,16 +193,36 @@ struct fanout_engine {
 };
 
 /* record.c */
+struct record *fanout__rec_alloc(struct fanout_engine *e,
+				 const struct fanout_batch *b, unsigned depth,
+				 bool background, unsigned nrunners);
 void fanout__rec_put(struct record *rec, uint32_t n);
 void fanout__active_put(struct fanout_engine *e, uint32_t n);
+
+/* join.c */
+struct fanout_child *fanout__current(void);
+void fanout__run_token(struct fq_work *w);
+bool fanout__help_step(struct fanout_engine *e);
 int fanout__cancel_rec(struct record *rec, unsigned how);
+/* Chunk size: about 8 claims per runner, so runners stay balanced while
+ * `claim` is touched once per chunk, not once per child (and `remaining`
+ * once per runner, see fanout__run_token). */
+static inline uint32_t fanout__chunk_for(unsigned n, unsigned runners)
+{
+	unsigned c = n / (runners * 8u);
+
+	return c < 1 ? 1 : c > 256 ? 256 : c;
+}
 
 /* table.c */
 int fanout__table_init(struct fanout_engine *e);
 void fanout__table_insert(struct fanout_engine *e, struct record *rec);
 struct record *fanout__table_find(struct fanout_engine *e, fanout_id id);
 void fanout__table_retire(struct fanout_engine *e, struct record *rec);
-void fanout__table_cancel_all(struct fanout_engine *e, unsigned how);
+/* Call fn(rec, arg) for every record in the table, under the read lock. */
+void fanout__table_for_each(struct fanout_engine *e,
+			    void (*fn)(struct record *rec, void *arg),
+			    void *arg);
 void fanout__table_destroy(struct fanout_engine *e);
 
 /* sink.c */
@@ -216,10 +236,6 @@ extern _Atomic long fanout__fail_eventfd_at;
 /* child.c: strings allocated with their size in front. */
 char *fanout__str_dup(const char *s, size_t len);
 void fanout__str_free(const char *s);
-
-/* deleg.c */
-struct fanout_child *fanout__current(void);
-bool fanout__help_step(struct fanout_engine *e);
 
 static inline double fanout__bits_to_double(uint64_t b)
 {

@@ -177,7 +177,7 @@ static struct record *take(struct fanout_sink *s)
 	rec = caa_container_of(node, struct record, qnode);
 	FQ_HANDOFF_ACQUIRE(rec);
 	/* release: the finaliser may not have stored FINISHED yet; a lookup
-	 * after we hand the event out must see it finished (deleg.c). */
+	 * after we hand the event out must see it finished (join.c, finalise). */
 	atomic_store_explicit(&rec->state, REC_FINISHED, memory_order_release);
 	return rec;
 }

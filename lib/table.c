@@ -8,7 +8,7 @@
  * flavour, which registers a thread lazily on its first read lock, so any
  * application thread may call them unregistered).  They never write and
  * never wait.  A record they find stays readable until they unlock: the
- * last reference is dropped with call_rcu (deleg.c), which runs only after
+ * last reference is dropped with call_rcu (record.c), which runs only after
  * every read-side section that could have seen the record has ended.
  *
  * What they read.  Immutable fields (I) directly; `state`, `remaining`,
@@ -116,7 +116,9 @@ void fanout__table_retire(struct fanout_engine *e, struct record *rec)
 		evict(e, cur);
 }
 
-void fanout__table_cancel_all(struct fanout_engine *e, unsigned how)
+void fanout__table_for_each(struct fanout_engine *e,
+			    void (*fn)(struct record *rec, void *arg),
+			    void *arg)
 {
 	struct cds_lfht_iter iter;
 	struct cds_lfht_node *node;
@@ -126,7 +128,7 @@ void fanout__table_cancel_all(struct fanout_engine *e, unsigned how)
 	fanout__lfht_for_each(e->table, &iter, node) {
 		rec = caa_container_of(node, __typeof__(*rec), node);
 		FQ_HANDOFF_ACQUIRE(rec);
-		fanout__cancel_rec(rec, how);
+		fn(rec, arg);
 	}
 	fanout__read_unlock();
 }

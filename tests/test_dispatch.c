@@ -459,6 +459,56 @@ static void dispatch_ids_unique(void **state)
 	fanout_destroy(e);
 }
 
+/* Regression: *id was stored after the batch was submitted, so a child
+ * that read the caller's id variable could see a stale value (and TSan
+ * reported the race).  The child reads the variable plainly, as the
+ * contract lets it: a successful dispatch happens-before the child. */
+struct id_probe {
+	fanout_id id; /* written by fanout_dispatch / fanout_delegate */
+	atomic_int *mismatches;
+};
+
+static int id_probe_fn(struct fanout_child *c, void *arg)
+{
+	struct id_probe *p = arg;
+
+	if (p->id != fanout_child_id(c))
+		atomic_fetch_add(p->mismatches, 1);
+	return 0;
+}
+
+static void dispatch_id_written_before_children_run(void **state)
+{
+	enum { ROUNDS = 40, PER = 128 };
+	struct fanout_engine *e = eng2();
+	static struct id_probe probes[PER];
+	atomic_int mismatches = 0;
+
+	for (int r = 0; r < ROUNDS; r++) {
+		for (int i = 0; i < PER; i++) {
+			struct fanout_task t = {"id", id_probe_fn, &probes[i]};
+			struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+			struct fanout_event *ev = NULL;
+
+			probes[i].id = 0;
+			probes[i].mismatches = &mismatches;
+			if (r & 1) /* fanout_delegate's background path */
+				assert_int_equal(fanout_delegate(e, &b,
+								 &probes[i].id,
+								 &ev),
+						 FANOUT_BACKGROUND);
+			else
+				assert_int_equal(
+					fanout_dispatch(e, &b, &probes[i].id),
+					0);
+		}
+		for (int i = 0; i < PER; i++)
+			fanout_event_free(must_wait(fanout_default_sink(e)));
+	}
+	assert_int_equal(atomic_load(&mismatches), 0);
+	fanout_destroy(e);
+}
+
 static void dispatch_batch_sizes(void **state)
 {
 	static const unsigned sizes[] = {1, 2, 3, 63, 64, 65, 1000, 4096};
@@ -594,6 +644,7 @@ int main(void)
 		TC(dispatch_times),
 		TC(dispatch_idle_worker_not_left_asleep),
 		TC(dispatch_ids_unique),
+		TC(dispatch_id_written_before_children_run),
 		TC(dispatch_batch_sizes),
 		TC(dispatch_concurrent_threads),
 	};

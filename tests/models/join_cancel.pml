@@ -1,7 +1,7 @@
 /*
  * join_cancel.pml - the batch join and its race with fanout_cancel().
  *
- * What it models (lib/deleg.c: run_token, run_child, fanout__claim_rest,
+ * What it models (lib/join.c: fanout__run_token, run_child, claim_rest,
  * fanout__cancel_rec; see tests/models/README.md):
  * a delegation of N children carries two counters,
  *   claim      next unclaimed child index (0..N; may run past N)

@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * record.c - the record block of a delegation: its one allocation, its
+ * copied strings, its id, and its lifetime (references, RCU free).
+ *
+ * WHY IT IS CORRECT
+ *
+ * Lifetime.  `refs` = 1 (table) + 1 (event) + tokens.  A token's reference
+ * is dropped after its claim loop has stopped touching the record; the
+ * finaliser is always a token holder or a canceller inside an RCU read-side
+ * section, so the record outlives finalisation.  The table reference goes
+ * when the record is pruned (never before its event is published: pruning
+ * happens in the finaliser after publishing).  The last put frees through
+ * call_rcu, so lookups that found the record under rcu_read_lock still read
+ * valid memory.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ lifetime */
+
+static void rec_free_rcu(struct rcu_head *head)
+{
+	struct record *rec = caa_container_of(head, struct record, rcu);
+	unsigned i;
+
+	FQ_HANDOFF_ACQUIRE(&fanout__rcu_token);
+	FQ_HANDOFF_ACQUIRE(rec);
+	/* relaxed: see mark_strings() in child.c.  Without child strings the
+	 * result slots are not read at all (a 4096-child block is 256 KB of
+	 * them, which this thread would pull through its cache). */
+	if (atomic_load_explicit(&rec->strings, memory_order_relaxed)) {
+		for (i = 0; i < rec->ntasks; i++) {
+			struct fanout_result *r = &rec->results[i];
+			/* Child-set strings carry their size in front
+			 * (child.c). */
+			if (r->summary)
+				fanout__str_free(r->summary);
+			if (rec->owned[i] & OWN_ERROR)
+				fanout__str_free(r->error);
+		}
+	}
+	fa_cache_free(&rec->e->blocks, rec, rec->alloc_size);
+	/* TSan edge: this callback's use of the engine happens before the
+	 * rcu_barrier() in fanout_destroy() returns (see annotate.h). */
+	FQ_HANDOFF_RELEASE(&fanout__rcu_token);
+}
+
+void fanout__rec_put(struct record *rec, uint32_t n)
+{
+	/* release on the decrement, acquire before the free (refcount.h):
+	 * every access by every holder happens before the free. */
+	if (atomic_fetch_sub_explicit(&rec->refs, n, memory_order_acq_rel) ==
+	    n) {
+		FQ_HANDOFF_RELEASE(rec);
+		call_rcu(&rec->rcu, rec_free_rcu);
+	}
+}
+
+void fanout__active_put(struct fanout_engine *e, uint32_t n)
+{
+	/* seq_cst: the store-load pair against fanout_shutdown's prepare
+	 * (seq_cst RMW) and load of `active`: either shutdown reads our
+	 * decrement, or we read `shutting` set and signal (store-buffering;
+	 * acq_rel would not forbid both missing).  Release part: a waiter that
+	 * sees 0 sees every record's publication. */
+	if (atomic_fetch_sub_explicit(&e->active, n, memory_order_seq_cst) ==
+		    n &&
+	    atomic_load_explicit(&e->shutting, memory_order_seq_cst))
+		fq_ec_signal(&e->drained, 1);
+}
+
+/* ------------------------------------------------------------ allocation */
+
+static uint64_t mix64(uint64_t x)
+{
+	/* A bijection (splitmix64's finaliser): distinct counters give
+	 * distinct, well-spread ids, which is also the hash table key. */
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	x ^= x >> 31;
+	return x;
+}
+
+static fanout_id new_id(struct fanout_engine *e)
+{
+	fanout_id id;
+
+	do {
+		/* relaxed: uniqueness needs only the RMW's atomicity. */
+		id = mix64(atomic_fetch_add_explicit(&e->next_id, 1,
+						     memory_order_relaxed));
+	} while (!id);
+	return id;
+}
+
+static size_t str_size(const char *s)
+{
+	return s ? strlen(s) + 1 : 0;
+}
+
+static char *copy_str(char **area, const char *s, size_t n)
+{
+	char *d = *area;
+
+	if (!s)
+		return NULL;
+	memcpy(d, s, n);
+	*area += n;
+	return d;
+}
+
+/* The one allocation of a delegation: record + results + tasks + strings. */
+struct record *fanout__rec_alloc(struct fanout_engine *e,
+				 const struct fanout_batch *b, unsigned depth,
+				 bool background, unsigned nrunners)
+{
+	unsigned n = b->ntasks, i;
+	size_t strings = str_size(b->context) + str_size(b->session_key);
+	size_t head = sizeof(struct record) + n * sizeof(struct fanout_result);
+	size_t size;
+	struct record *rec;
+	char *area;
+
+	for (i = 0; i < n; i++)
+		strings += b->tasks[i].goal ? strlen(b->tasks[i].goal) + 1 : 0;
+	head = (head + CACHELINE - 1) & ~(size_t)(CACHELINE - 1);
+	head += nrunners * sizeof(struct progress_slot);
+	size = head + n * sizeof(struct task_slot) + n + strings;
+	rec = fa_cache_alloc(&e->blocks, size, &size);
+	if (!rec)
+		return NULL;
+	/* Only the read-mostly head is zeroed; the join line is initialised
+	 * field by field below and the event by the finaliser, so dispatch
+	 * writes no line it need not. */
+	memset(rec, 0, offsetof(struct record, claim));
+	rec->e = e;
+	rec->alloc_size = size;
+	rec->ntasks = n;
+	rec->depth = depth;
+	rec->background = background;
+	rec->work.fn = fanout__run_token;
+	rec->tasks = (struct task_slot *)((char *)rec + head);
+	rec->nrunners = nrunners;
+	rec->progress =
+		(struct progress_slot *)((char *)rec->tasks -
+					 nrunners *
+						 sizeof(struct progress_slot));
+	for (i = 0; i < nrunners; i++)
+		atomic_init(&rec->progress[i].n, 0);
+	atomic_init(&rec->runner_next, 0);
+	rec->owned = (uint8_t *)(rec->tasks + n);
+	memset(rec->owned, 0, n);
+	area = (char *)rec->owned + n;
+	for (i = 0; i < n; i++) {
+		const char *g = b->tasks[i].goal;
+
+		rec->tasks[i].fn = b->tasks[i].fn;
+		rec->tasks[i].arg = b->tasks[i].arg;
+		/* A NULL goal shares one static "" instead of a copy. */
+		rec->tasks[i].goal = g ? copy_str(&area, g, strlen(g) + 1) : "";
+	}
+	rec->context = copy_str(&area, b->context, str_size(b->context));
+	rec->session_key =
+		copy_str(&area, b->session_key, str_size(b->session_key));
+	rec->user = b->user;
+	atomic_init(&rec->claim, 0);
+	atomic_init(&rec->remaining, n);
+	atomic_init(&rec->cancel, 0);
+	atomic_init(&rec->strings, false);
+	atomic_init(&rec->state, REC_RUNNING);
+	atomic_init(&rec->done_word, 0);
+	atomic_init(&rec->cost_bits, 0);
+	cds_lfht_node_init(&rec->node);
+	cds_wfcq_node_init(&rec->qnode);
+	rec->id = new_id(e);
+	rec->dispatched_ns = fq_now_ns();
+	return rec;
+}
