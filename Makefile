@@ -49,7 +49,7 @@ VARIANTS  := plain asan tsan
 # Per-test timeout (seconds) so a hang fails instead of eating CI's time.
 TEST_TIMEOUT ?= 300
 
-.PHONY: all run test deps clean install uninstall check-install bench \
+.PHONY: all run test deps clean install uninstall check-install bench test-dlopen \
 	$(addprefix test-,$(VARIANTS)) $(addprefix lib-,$(VARIANTS))
 
 all: build/plain/libfanout.a build/plain/libfanout.so
@@ -94,6 +94,14 @@ build/plain/obj-pic/%.o: %.c $(LIB_HDR) | deps-ok
 build/plain/libfanout.so: $(patsubst %.c,build/plain/obj-pic/%.o,$(LIB_SRC))
 	$(CC) -shared -Wl,-soname,libfanout.so.0 -Wl,-z,defs -o $@ $^ $(DEP_LIBS)
 
+# libfanout.so dlopen()ed by a program that does not link fanout.
+build/plain/tests/dlopen_host: tests/dlopen_host.c include/fanout.h | deps-ok
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) -O2 $< -o $@ -lcmocka -lpthread -ldl
+
+test-dlopen: build/plain/tests/dlopen_host build/plain/libfanout.so
+	build/plain/tests/dlopen_host build/plain/libfanout.so
+
 .PHONY: deps-ok
 deps-ok:
 	@sh scripts/deps.sh
@@ -111,6 +119,7 @@ EXTRA_TESTS :=
 test: deps
 	$(MAKE) --no-print-directory test-plain
 	$(MAKE) --no-print-directory check-install
+	$(MAKE) --no-print-directory test-dlopen
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-tsan
 	$(if $(strip $(EXTRA_TESTS)),$(MAKE) --no-print-directory $(EXTRA_TESTS))

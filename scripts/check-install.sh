@@ -8,8 +8,11 @@ make --no-print-directory install DESTDIR="$tmp/root" PREFIX=/usr/local >/dev/nu
 export PKG_CONFIG_PATH="$tmp/root/usr/local/lib/pkgconfig"
 export PKG_CONFIG_SYSROOT_DIR="$tmp/root"
 cat > "$tmp/app.c" <<'APP'
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fanout.h>
 #include <stdio.h>
+#include <string.h>
 static int child(struct fanout_child *c, void *arg)
 {
 	(void)arg;
@@ -25,13 +28,20 @@ int main(void)
 	if (fanout_create(NULL, &e) || fanout_run(e, &b, &ev))
 		return 1;
 	int ok = ev->status == FANOUT_COMPLETED && ev->nresults == 3;
+	/* The archive's jemalloc is private: the program's malloc is libc's. */
+	Dl_info di;
+	if (!dladdr(dlsym(RTLD_DEFAULT, "malloc"), &di) ||
+	    !strstr(di.dli_fname, "libc.so")) {
+		puts("linking libfanout.a replaced the program's malloc");
+		ok = 0;
+	}
 	fanout_event_free(ev);
 	fanout_destroy(e);
 	puts(ok ? "installed fanout links and runs" : "wrong event");
 	return !ok;
 }
 APP
-cc "$tmp/app.c" -o "$tmp/app" $(pkg-config --cflags --libs --static fanout)
+cc "$tmp/app.c" -o "$tmp/app" $(pkg-config --cflags --libs --static fanout) -ldl
 if ldd "$tmp/app" | grep -q libfanout; then
 	echo "check-install: the program linked the shared library, not libfanout.a" >&2
 	exit 1
