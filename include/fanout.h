@@ -96,6 +96,7 @@ typedef uint64_t fanout_id;
 struct fanout_engine;
 struct fanout_sink;
 struct fanout_child;
+struct fanout_pending;
 
 /**
  * enum fanout_status - state of a child, a delegation or an event.
@@ -210,6 +211,34 @@ struct fanout_task {
  * @sink:        where the event goes (background only); NULL = the engine's
  *               default sink.  Must belong to the same engine.
  * @user:        opaque, carried into the event.
+ * @deadline_ns: relative deadline in ns from the call; 0 = none.  When it
+ *               passes, the delegation is interrupted (as by
+ *               FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON): children
+ *               not finished by then are reported FANOUT_INTERRUPTED with
+ *               code -ETIMEDOUT, pending (deferred) ones are abandoned, and
+ *               the event goes out as soon as the running synchronous
+ *               children return, with event->timed_out set.  At most
+ *               FANOUT_MAX_DEADLINE_NS.  One timer thread per engine
+ *               serves every deadline (started on the first one).
+ * @join:        FANOUT_JOIN_ALL (0): wait for every child.
+ *               FANOUT_JOIN_FIRST_ERROR: the first child that ends in
+ *               FANOUT_ERROR interrupts the rest (errgroup, oneTBB).
+ *               FANOUT_JOIN_ANY: the first FANOUT_COMPLETED child
+ *               interrupts the rest (hedged requests).
+ *               FANOUT_JOIN_QUORUM: @quorum completed children interrupt
+ *               the rest.  "Interrupt the rest" is
+ *               FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON; the event
+ *               says which children finished and how.
+ * @quorum:      for FANOUT_JOIN_QUORUM, 1 <= quorum <= ntasks; must be 0
+ *               for the other policies.
+ * @within:      a deferred child (see fanout_defer()) on whose behalf this
+ *               delegation is started from a thread that is not running a
+ *               child, e.g. an event loop completing it later: the new
+ *               delegation's children get that child's depth + 1 and the
+ *               delegation joins its cancel tree, as a call made from
+ *               inside a running child does implicitly.  NULL = the calling
+ *               thread's current child, if any.  @within must not have
+ *               been completed yet.
  */
 struct fanout_batch {
 	const struct fanout_task *tasks;
@@ -218,7 +247,20 @@ struct fanout_batch {
 	const char *session_key;
 	struct fanout_sink *sink;
 	void *user;
+	uint64_t deadline_ns;
+	unsigned join;
+	unsigned quorum;
+	struct fanout_pending *within;
 };
+
+/* fanout_batch.join policies. */
+#define FANOUT_JOIN_ALL 0u
+#define FANOUT_JOIN_FIRST_ERROR 1u
+#define FANOUT_JOIN_ANY 2u
+#define FANOUT_JOIN_QUORUM 3u
+
+/* Longest accepted fanout_batch.deadline_ns: about 30 days. */
+#define FANOUT_MAX_DEADLINE_NS (30ull * 24 * 3600 * 1000000000ull)
 
 /**
  * struct fanout_result - one child's outcome, at results[index].
@@ -258,7 +300,11 @@ struct fanout_result {
  * @dispatched_ns, @completed_ns: CLOCK_MONOTONIC times (fanout_now_ns()).
  * @cost:         sum of the children's costs.
  * @ncompleted, @nerror, @ninterrupted: children per status.
- * @cancelled:    fanout_cancel() or fanout_shutdown() cancelled it.
+ * @cancelled:    fanout_cancel(), fanout_cancel_session(), fanout_shutdown()
+ *                or the cancel tree of a parent delegation cancelled it.
+ * @timed_out:    its deadline passed before every child had finished.
+ * @interrupted_by_policy: its join policy interrupted the remaining
+ *                children (FANOUT_JOIN_FIRST_ERROR, _ANY, _QUORUM).
  */
 struct fanout_event {
 	fanout_id id;
@@ -276,6 +322,8 @@ struct fanout_event {
 	unsigned nerror;
 	unsigned ninterrupted;
 	bool cancelled;
+	bool timed_out;
+	bool interrupted_by_policy;
 };
 
 /**
@@ -290,6 +338,11 @@ struct fanout_event {
  * @background:   true for fanout_dispatch, false for fanout_run.
  * @cancelled:    fanout_cancel() or shutdown asked it to stop.
  * @user:         the batch's user pointer.
+ * @session_key:  the batch's session_key, or NULL.  Points into the record:
+ *                valid while the record is, i.e. read it right after the
+ *                call, before the record can be pruned (keep_completed
+ *                newer delegations finishing).  Copy it to keep it.
+ * @npending:     deferred children not completed yet (see fanout_defer()).
  */
 struct fanout_info {
 	fanout_id id;
@@ -303,6 +356,8 @@ struct fanout_info {
 	bool background;
 	bool cancelled;
 	void *user;
+	const char *session_key;
+	unsigned npending;
 };
 
 #define FANOUT_STATS_MAX_WORKERS 64
@@ -465,26 +520,63 @@ FANOUT_API int fanout_delegate(struct fanout_engine *e,
 /* fanout_cancel() modes. */
 #define FANOUT_CANCEL_PENDING 0x1u   /* unstarted children are not run */
 #define FANOUT_CANCEL_INTERRUPT 0x2u /* + running ones see interrupted() */
+/* + deferred children not completed yet are finished at once as
+ * interrupted (their fanout_complete() then returns -EALREADY); only
+ * together with FANOUT_CANCEL_INTERRUPT. */
+#define FANOUT_CANCEL_ABANDON 0x4u
 
 /**
  * fanout_cancel() - stop a running delegation.
  * @e:   engine.
  * @id:  the delegation.
  * @how: FANOUT_CANCEL_PENDING, or FANOUT_CANCEL_INTERRUPT (which implies
- *       PENDING).
+ *       PENDING), optionally | FANOUT_CANCEL_ABANDON.
  *
  * Children not yet started are reported INTERRUPTED without being run.
  * With FANOUT_CANCEL_INTERRUPT, fanout_interrupted() turns true for the
- * running ones; what they report is up to them.  The event is still
- * published exactly once, as soon as the running children return.
- * Cancelling again (e.g. PENDING then INTERRUPT) is allowed.
+ * running ones, fanout_pending_interrupted() for the deferred ones, and
+ * their fanout_pending_on_cancel() callbacks run (on this thread); what
+ * they report is up to them.  With FANOUT_CANCEL_ABANDON as well, deferred
+ * children are finished at once as INTERRUPTED (code -ECANCELED) instead
+ * of waiting for fanout_complete().  The event is still published exactly
+ * once, as soon as the running synchronous children return (and, without
+ * ABANDON, the deferred ones are completed).  Cancelling again (e.g.
+ * PENDING then INTERRUPT) is allowed.
  *
- * Context: never blocks.
- * Return: 0; -EINVAL (NULL @e, id 0, bad @how); -ENOENT (unknown or pruned
- * id); -EALREADY (already finished; nothing changes).
+ * With FANOUT_CANCEL_INTERRUPT the cancel also reaches every delegation
+ * started from inside this one's children (fanout_dispatch/run/delegate
+ * called from a running child, or with fanout_batch.within naming one of
+ * its deferred children), transitively and on any engine: each of them is
+ * cancelled with the same @how.  Deadlines, join policies and shutdown
+ * interrupt the same tree.
+ *
+ * Context: never blocks; runs on_cancel callbacks, and may publish the
+ * event, on the calling thread.
+ * Return: 0; -EINVAL (NULL @e, id 0, bad @how, ABANDON without
+ * INTERRUPT); -ENOENT (unknown or pruned id); -EALREADY (already finished;
+ * nothing changes).
  */
 FANOUT_API int fanout_cancel(struct fanout_engine *e, fanout_id id,
 			     unsigned how);
+
+/**
+ * fanout_cancel_session() - cancel every running delegation of a session.
+ * @e:           engine.
+ * @session_key: the fanout_batch.session_key to match (strcmp).
+ * @how:         as for fanout_cancel().
+ * @n:           receives how many delegations this call cancelled (may be
+ *               NULL).
+ *
+ * Delegations of that session that finish meanwhile are not counted; ones
+ * dispatched after the call started may or may not be cancelled.
+ * Context: never blocks (RCU read side); cost proportional to the records
+ * in the table.
+ * Return: 0 (also when none matched: *n = 0); -EINVAL (NULL @e or
+ * @session_key, bad @how).
+ */
+FANOUT_API int fanout_cancel_session(struct fanout_engine *e,
+				     const char *session_key, unsigned how,
+				     size_t *n);
 
 /**
  * fanout_lookup() - snapshot one record.
@@ -567,6 +659,129 @@ FANOUT_API fanout_id fanout_child_id(const struct fanout_child *c);
  * Lets code deep inside a child find its context (and its depth).
  */
 FANOUT_API struct fanout_child *fanout_current_child(void);
+
+/* ------------------------------------------------- children that finish later */
+
+/*
+ * A child may start an operation and finish later, from any thread, without
+ * holding a worker: it calls fanout_defer() and returns -EINPROGRESS; later
+ * some thread calls fanout_complete() exactly once with the outcome.  The
+ * join, the event and exactly-once work as for any child.  A deferred child
+ * counts against max_children until it completes: while max_children
+ * children of the delegation are pending, its workers start no new child
+ * of it (they move on to other work and come back when one completes).
+ *
+ * Exactly one of these finishes a pending child, whichever comes first:
+ * its fanout_complete(); fanout_cancel() with FANOUT_CANCEL_ABANDON; the
+ * delegation's deadline; its join policy; fanout_shutdown().  The others
+ * find it finished: fanout_complete() then returns -EALREADY and changes
+ * nothing.
+ *
+ * Lifetime: the struct fanout_pending stays valid until fanout_complete()
+ * is called on it - even after the event was published, the record pruned
+ * and the engine destroyed - and is released by that call, whatever it
+ * returns.  Every successful fanout_defer() needs exactly one
+ * fanout_complete(), also when the child was abandoned.
+ */
+
+/**
+ * struct fanout_outcome - how a deferred child ended.
+ * @code:        as a child's return value: 0 completed, -ECANCELED
+ *               interrupted, another negative errno (or a positive value)
+ *               error.  -EINPROGRESS is not an outcome (-EINVAL).
+ * @summary:     text (need not be NUL-terminated), copied; NULL = none.
+ * @summary_len: its length in bytes, at most 16 MiB.
+ * @error:       NUL-terminated message for a failure, copied; NULL = a
+ *               description of @code.  Ignored when @code is 0.
+ * @cost:        the child's cost (finite, >= 0).
+ * The outcome replaces the summary, error and cost the child set before
+ * it deferred.
+ */
+struct fanout_outcome {
+	int code;
+	const char *summary;
+	size_t summary_len;
+	const char *error;
+	double cost;
+};
+
+/**
+ * fanout_defer() - the running child will finish later.
+ * @c: the running child (inside its fanout_fn).
+ *
+ * After a successful call the child's fn should return -EINPROGRESS at
+ * once (whatever it returns is ignored: the outcome comes from
+ * fanout_complete()), and its worker moves on.  The child must not call
+ * fanout_set_summary()/set_error()/add_cost() on @c after deferring (they
+ * return -EINVAL): pass the outcome to fanout_complete() instead.
+ * fanout_complete() may be called before fn has returned, from any thread.
+ * The child's duration runs until it is finished.
+ *
+ * Context: inside a child only (the thread running @c); allocates.
+ * Return: the pending child; NULL with errno set on failure - EINVAL (NULL
+ * @c, or @c already deferred), ENOMEM - and the child is then an ordinary
+ * one, still running.
+ */
+FANOUT_API struct fanout_pending *fanout_defer(struct fanout_child *c);
+
+/**
+ * fanout_complete() - finish a deferred child.
+ * @p: from fanout_defer(); released by this call in every case but
+ *     -EINVAL.
+ * @o: the outcome (copied); NULL = completed with nothing to say.
+ *
+ * Exactly once per pending child.  If this call finishes the last child,
+ * it finalises the delegation and publishes its event on the calling
+ * thread.  May be called from any thread, including from inside the
+ * child's fn before it returned, and from inside an on_cancel callback.
+ *
+ * Context: never blocks.
+ * Memory ordering: release: what the calling thread wrote before is
+ * visible to the event's receiver.
+ * Return: 0; -EALREADY when the library already finished the child
+ * (deadline, cancel with FANOUT_CANCEL_ABANDON, join policy, shutdown):
+ * nothing changes and @p is released all the same; -EINVAL (NULL @p, a bad
+ * @o: -EINPROGRESS, NaN/negative/infinite cost, summary over 16 MiB or
+ * NULL with a non-zero length; @p is NOT released then and the call can be
+ * repeated with a good outcome); -ENOMEM (copying the strings failed: the
+ * child is finished anyway, as ERROR with code -ENOMEM; @p is released).
+ */
+FANOUT_API int fanout_complete(struct fanout_pending *p,
+			       const struct fanout_outcome *o);
+
+/**
+ * fanout_pending_on_cancel() - be told when the delegation is interrupted.
+ * @p:   a pending child.
+ * @fn:  called at most once with (@p, @arg), on whichever thread
+ *       interrupts the delegation (fanout_cancel with INTERRUPT, the
+ *       deadline, the join policy, fanout_shutdown, the cancel tree).  It
+ *       must not block; it may call fanout_complete(@p, ...).  It is never
+ *       called for a child already finished.
+ * @arg: passed to @fn.
+ *
+ * If the interrupt came first, @fn runs at once, on the caller, before
+ * this returns.
+ * Return: 0; -EINVAL (NULL @p or @fn); -EBUSY (a callback is already
+ * registered: one per pending child); -EALREADY (the child is already
+ * finished; @fn will not run).
+ */
+FANOUT_API int fanout_pending_on_cancel(struct fanout_pending *p,
+					void (*fn)(struct fanout_pending *p,
+						   void *arg),
+					void *arg);
+
+/**
+ * fanout_pending_interrupted() - has the child's delegation been
+ * interrupted (cancel with INTERRUPT, deadline, policy, shutdown, tree)?
+ * Cost: two loads.  NULL -> false.  Valid until fanout_complete(@p).
+ */
+FANOUT_API bool fanout_pending_interrupted(const struct fanout_pending *p);
+
+/** fanout_pending_index() - the child's task index (0 for NULL). */
+FANOUT_API unsigned fanout_pending_index(const struct fanout_pending *p);
+
+/** fanout_pending_id() - the child's delegation (0 for NULL). */
+FANOUT_API fanout_id fanout_pending_id(const struct fanout_pending *p);
 
 /* ------------------------------------------------------------------ sinks */
 
