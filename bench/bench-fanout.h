@@ -28,5 +28,6 @@ void bench_fanout_latency_quick(void);
 void bench_records(void);
 void bench_allocs(void);
 void bench_open_loop(void);
+void bench_deadlines(void);
 
 #endif /* BENCH_FANOUT_H */

@@ -29,7 +29,7 @@ static const char usage[] =
 	"  --only LIST      comma list of: limits,orchestrator,throughput,\n"
 	"                   "
 	"dispatch,latency,work,idle,fanout-latency,openloop,\n"
-	"                   records,allocs\n"
+	"                   records,allocs,deadlines\n"
 	"  --peers LIST     comma list of peers to start: fanout,fanout_help,\n"
 	"                   fanout_run,mutexpool,libuv,glib,openmp,onetbb "
 	"(default all)\n"
@@ -291,6 +291,10 @@ int main(int argc, char **argv)
 		if (bench_want("allocs")) {
 			bench_allocs();
 			took("allocs");
+		}
+		if (bench_want("deadlines")) {
+			bench_deadlines();
+			took("deadlines");
 		}
 		if (bench_want("limits")) {
 			bench_limits();

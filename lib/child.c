@@ -7,7 +7,8 @@
  * join's release/acquire (join.c); or it reads the record's `cancel` word,
  * an atomic.  A struct fanout_child lives on the runner's stack for exactly
  * the duration of the child function, so a child that keeps the pointer
- * past its return is outside the contract.
+ * past its return is outside the contract.  After fanout_defer() the slot
+ * belongs to whoever finishes the pending child, so the setters refuse.
  */
 #include "internal.h"
 
@@ -52,7 +53,7 @@ bool fanout_interrupted(const struct fanout_child *c)
 }
 
 /* The record now owns a string in a result slot: the free must look. */
-static void mark_strings(struct record *rec)
+void fanout__mark_strings(struct record *rec)
 {
 	/* relaxed: read by the RCU callback that frees the record, which
 	 * every child's writes happen before (join acq_rel, then the refcount
@@ -66,14 +67,14 @@ int fanout_set_summary(struct fanout_child *c, const char *s, size_t len)
 {
 	char *d;
 
-	if (!c || (!s && len) || len > MAX_TEXT)
+	if (!c || c->pending || (!s && len) || len > MAX_TEXT)
 		return -EINVAL;
 	d = fanout__str_dup(s ? s : "", len);
 	if (!d)
 		return -ENOMEM;
 	fanout__str_free(c->res->summary);
 	c->res->summary = d;
-	mark_strings(c->rec);
+	fanout__mark_strings(c->rec);
 	return 0;
 }
 
@@ -82,7 +83,7 @@ int fanout_set_error(struct fanout_child *c, const char *msg)
 	size_t len;
 	char *d;
 
-	if (!c || !msg)
+	if (!c || c->pending || !msg)
 		return -EINVAL;
 	len = strnlen(msg, MAX_TEXT + 1);
 	if (len > MAX_TEXT)
@@ -94,13 +95,13 @@ int fanout_set_error(struct fanout_child *c, const char *msg)
 		fanout__str_free(c->res->error);
 	c->res->error = d;
 	c->rec->owned[c->index] |= OWN_ERROR;
-	mark_strings(c->rec);
+	fanout__mark_strings(c->rec);
 	return 0;
 }
 
 int fanout_add_cost(struct fanout_child *c, double x)
 {
-	if (!c || !isfinite(x) || x < 0)
+	if (!c || c->pending || !isfinite(x) || x < 0)
 		return -EINVAL;
 	c->res->cost += x;
 	return 0;

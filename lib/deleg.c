@@ -16,7 +16,7 @@
  * progress.  A call adds 2 (itself and its record) before it reads
  * `shutting`; fanout_shutdown stores `shutting` and then scans the table.
  * After inserting, a dispatch issues a full fence and re-reads `shutting`
- * and cancels its own record if set: with the fences on both sides (store;
+ * and cancels its own record if set (recheck): with the fences on both sides (store;
  * fence; scan / insert; fence; load), either the scan sees the record or
  * the dispatch sees the flag, so no accepted delegation escapes the
  * interrupt (tests/models/shutdown_drain.pml).  The call's own unit is
@@ -35,11 +35,56 @@ static int reject(struct fanout_engine *e, int err)
 	return err;
 }
 
-static int check_batch(struct fanout_engine *e, const struct fanout_batch *b,
-		       unsigned *depth)
+/*
+ * What a new delegation hangs from: the child running on the calling
+ * thread, or batch->within (a deferred child, on a thread that is not
+ * running it).  Its record gives the depth and the cancel tree.  It stays
+ * alive for the whole call: a running child's record cannot finish under
+ * it, and for @within we hold a reference (put by origin_put).
+ */
+struct origin {
+	struct record *parent;
+	bool ref;
+};
+
+static int origin_get(const struct fanout_batch *b, struct origin *o)
 {
 	struct fanout_child *cur = fanout__current();
+
+	o->parent = NULL;
+	o->ref = false;
+	if (!b->within) {
+		o->parent = cur ? cur->rec : NULL;
+		return 0;
+	}
+	fanout__read_lock();
+	/* acquire: pairs with the finisher's CAS; unfinished, the child's
+	 * record is alive at least until we unlock, and holds references
+	 * (its event's), so taking one more is safe. */
+	if (atomic_load_explicit(&b->within->state, memory_order_acquire) &
+	    PEND_DONE) {
+		fanout__read_unlock();
+		return -ECANCELED; /* that child was abandoned */
+	}
+	o->parent = b->within->rec;
+	/* relaxed: an increment of a count known to be positive. */
+	atomic_fetch_add_explicit(&o->parent->refs, 1, memory_order_relaxed);
+	o->ref = true;
+	fanout__read_unlock();
+	return 0;
+}
+
+static void origin_put(struct origin *o)
+{
+	if (o->ref)
+		fanout__rec_put(o->parent, 1);
+}
+
+static int check_batch(struct fanout_engine *e, const struct fanout_batch *b,
+		       unsigned *depth, struct origin *o)
+{
 	unsigned i;
+	int err;
 
 	if (!b->tasks || !b->ntasks)
 		return -EINVAL;
@@ -48,10 +93,37 @@ static int check_batch(struct fanout_engine *e, const struct fanout_batch *b,
 	for (i = 0; i < b->ntasks; i++)
 		if (!b->tasks[i].fn)
 			return -EINVAL;
-	*depth = (cur ? cur->rec->depth : 0) + 1;
-	if (*depth > e->cfg.max_depth)
+	if (b->join > FANOUT_JOIN_QUORUM ||
+	    (b->join == FANOUT_JOIN_QUORUM ?
+		     !b->quorum || b->quorum > b->ntasks :
+		     b->quorum != 0) ||
+	    b->deadline_ns > FANOUT_MAX_DEADLINE_NS)
+		return -EINVAL;
+	err = origin_get(b, o);
+	if (err)
+		return err;
+	*depth = (o->parent ? o->parent->depth : 0) + 1;
+	if (*depth > e->cfg.max_depth) {
+		origin_put(o);
 		return -ELOOP;
+	}
 	return 0;
+}
+
+/* Fill in what the batch adds to a new record before it is inserted: its
+ * place in the cancel tree and its deadline. */
+static void rec_link(struct record *rec, const struct fanout_batch *b,
+		     const struct origin *o)
+{
+	if (o->parent) {
+		rec->parent_id = o->parent->id;
+		/* relaxed: ordered before our re-check by its seq_cst fence
+		 * (recheck); see "Tree" in tree.c. */
+		atomic_store_explicit(&o->parent->has_kids, true,
+				      memory_order_relaxed);
+	}
+	if (b->deadline_ns)
+		rec->deadline = rec->dispatched_ns + b->deadline_ns;
 }
 
 /* Enter a dispatch/run call: count the call and its record in `active`
@@ -67,21 +139,48 @@ static int enter(struct fanout_engine *e)
 	return 0;
 }
 
-/* After the insert: if shutdown began meanwhile, interrupt ourselves. */
-static void recheck_shutdown(struct fanout_engine *e, fanout_id id)
+/* The engine's deadline timer, for a call that entered (so shutdown has
+ * not stopped the timer yet and will stop it after this call). */
+static int start_timer(struct fanout_engine *e)
 {
+	int err = fanout__timer_start(e);
+
+	if (err)
+		fanout__active_put(e, 2);
+	return err;
+}
+
+/*
+ * After the insert: if shutdown began meanwhile, or the parent delegation
+ * was interrupted, interrupt ourselves.  Either the shutdown's scan (or the
+ * parent's tree walk) sees our record, or we see its flag here.
+ */
+static void recheck(struct fanout_engine *e, fanout_id id,
+		    const struct origin *o)
+{
+	uint32_t how = 0, pc;
 	struct record *rec;
 
 	/* seq_cst fence: insert; fence; load - pairs with the store; fence;
-	 * scan in fanout_shutdown(). */
+	 * scan in fanout_shutdown(), and with the fetch_or; fence; scan of
+	 * fanout__tree_cancel(). */
 	atomic_thread_fence(memory_order_seq_cst);
-	if (!atomic_load_explicit(&e->shutting, memory_order_relaxed))
+	if (atomic_load_explicit(&e->shutting, memory_order_relaxed))
+		how = FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON |
+		      CANCEL_SHUTDOWN;
+	if (o->parent) {
+		/* relaxed: after the fence above (see there). */
+		pc = atomic_load_explicit(&o->parent->cancel,
+					  memory_order_relaxed);
+		if (pc & FANOUT_CANCEL_INTERRUPT)
+			how |= (pc & CANCEL_HOW_MASK) | CANCEL_TREE;
+	}
+	if (!how)
 		return;
 	fanout__read_lock();
 	rec = fanout__table_find(e, id);
 	if (rec)
-		fanout__cancel_rec(rec,
-				   FANOUT_CANCEL_INTERRUPT | CANCEL_SHUTDOWN);
+		fanout__cancel_rec(rec, how);
 	fanout__read_unlock();
 }
 
@@ -91,19 +190,24 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	struct fanout_sink *s;
 	struct record *rec;
 	unsigned depth, want, got;
+	struct origin o;
 	fanout_id id;
 	int err;
 
 	if (!e || !b)
 		return e ? reject(e, -EINVAL) : -EINVAL;
-	err = check_batch(e, b, &depth);
-	if (!err && b->sink && b->sink->e != e)
-		err = -EINVAL;
+	if (b->sink && b->sink->e != e)
+		return reject(e, -EINVAL);
+	err = check_batch(e, b, &depth, &o);
 	if (err)
 		return reject(e, err);
 	err = enter(e);
-	if (err)
+	if (!err && b->deadline_ns)
+		err = start_timer(e);
+	if (err) {
+		origin_put(&o);
 		return reject(e, err);
+	}
 	/* Admission: one max_async slot per batch.  acquire: pairs with the
 	 * release decrement in finalise, so the slot's old owner is done. */
 	if (atomic_fetch_add_explicit(&e->async_running, 1,
@@ -140,11 +244,15 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 		*idp = id;
 	atomic_fetch_add_explicit(&e->st_dispatched, 1,
 				  memory_order_relaxed); /* stat */
+	rec_link(rec, b, &o);
 	fanout__read_lock();
 	fanout__table_insert(e, rec);
 	fanout__read_unlock();
+	if (rec->deadline)
+		fanout__timer_add(e, rec);
 	fq_submit(e->q, &rec->work, got); /* rec may be gone after this */
-	recheck_shutdown(e, id);
+	recheck(e, id, &o);
+	origin_put(&o);
 	fanout__active_put(e, 1); /* the call's unit; the record keeps one */
 	return 0;
 
@@ -154,6 +262,7 @@ out_async:
 	/* relaxed: undoing our own increment publishes nothing. */
 	atomic_fetch_sub_explicit(&e->async_running, 1, memory_order_relaxed);
 	fanout__active_put(e, 2);
+	origin_put(&o);
 	return reject(e, err);
 }
 
@@ -162,16 +271,21 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 {
 	struct record *rec;
 	unsigned depth, want, extra;
+	struct origin o;
 	int err;
 
 	if (!e || !b || !evp)
 		return e ? reject(e, -EINVAL) : -EINVAL;
-	err = check_batch(e, b, &depth);
+	err = check_batch(e, b, &depth, &o);
 	if (err)
 		return reject(e, err);
 	err = enter(e);
-	if (err)
+	if (!err && b->deadline_ns)
+		err = start_timer(e);
+	if (err) {
+		origin_put(&o);
 		return reject(e, err);
+	}
 	/* The caller is one runner; idle workers may add up to max_children
 	 * in all.  No credit is fine: the caller then runs everything. */
 	want = b->ntasks < e->cfg.max_children ? b->ntasks :
@@ -182,6 +296,7 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	if (!rec) {
 		fq_unreserve(e->q, extra);
 		fanout__active_put(e, 2);
+		origin_put(&o);
 		return reject(e, -ENOMEM);
 	}
 	/* refs: table + event (returned to the caller) + caller + tokens. */
@@ -189,11 +304,15 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	rec->chunk = fanout__chunk_for(b->ntasks, extra + 1);
 	atomic_fetch_add_explicit(&e->st_runs, 1,
 				  memory_order_relaxed); /* stat */
+	rec_link(rec, b, &o);
 	fanout__read_lock();
 	fanout__table_insert(e, rec);
 	fanout__read_unlock();
-	recheck_shutdown(e, rec->id);
+	if (rec->deadline)
+		fanout__timer_add(e, rec);
+	recheck(e, rec->id, &o);
 	fq_help_wait(e->q, &rec->work, extra, &rec->done_word);
+	origin_put(&o);
 	fanout__active_put(e, 1);
 	*evp = &rec->ev;
 	return 0;
@@ -235,12 +354,12 @@ int fanout_cancel(struct fanout_engine *e, fanout_id id, unsigned how)
 	struct record *rec;
 	int err;
 
-	if (!e || !id || !how ||
-	    (how & ~(FANOUT_CANCEL_PENDING | FANOUT_CANCEL_INTERRUPT)))
+	if (!e || !id || !how || (how & ~CANCEL_HOW_MASK) ||
+	    ((how & FANOUT_CANCEL_ABANDON) && !(how & FANOUT_CANCEL_INTERRUPT)))
 		return -EINVAL;
 	fanout__read_lock();
 	rec = fanout__table_find(e, id);
-	err = rec ? fanout__cancel_rec(rec, how) : -ENOENT;
+	err = rec ? fanout__cancel_rec(rec, how | CANCEL_USER) : -ENOENT;
 	fanout__read_unlock();
 	return err;
 }

@@ -144,6 +144,8 @@ int fanout_create(const struct fanout_config *cfg, struct fanout_engine **out)
 	err = fq_create(&qp, &e->q);
 	if (err)
 		goto out_sinks;
+	atomic_init(&e->timer_state, 0);
+	fanout__engines_add(e);
 	*out = e;
 	return 0;
 
@@ -204,15 +206,17 @@ int fanout_shutdown(struct fanout_engine *e)
 	if (inside_own_child(e))
 		return -EDEADLK;
 	/* seq_cst: the store of the store-load pairs in deleg.c (enter,
-	 * recheck_shutdown) and fanout__active_put(). */
+	 * recheck) and fanout__active_put(). */
 	if (atomic_exchange_explicit(&e->shutting, 1, memory_order_seq_cst)) {
 		wait_word(e, &e->shut_done, 1); /* another caller is at it */
 		return 0;
 	}
 	/* seq_cst fence: store shutting; fence; scan. */
 	atomic_thread_fence(memory_order_seq_cst);
-	cancel_all(e, FANOUT_CANCEL_INTERRUPT | CANCEL_SHUTDOWN);
+	cancel_all(e, FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON |
+			      CANCEL_SHUTDOWN);
 	wait_word(e, &e->active, 0);
+	fanout__timer_stop(e);
 	fq_stop(e->q);
 	/* release: pairs with the acquire in wait_word() of later callers. */
 	atomic_store_explicit(&e->shut_done, 1, memory_order_release);
@@ -225,6 +229,7 @@ void fanout_destroy(struct fanout_engine *e)
 	if (!e || inside_own_child(e))
 		return;
 	fanout_shutdown(e);
+	fanout__engines_del(e); /* no cancel tree walks e's table after */
 	fanout__sinks_destroy(e);
 	fanout__table_destroy(e);
 	/* Every record and sink handed to call_rcu is gone after this; the

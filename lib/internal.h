@@ -21,6 +21,7 @@
 #endif
 #include <urcu-bp.h>
 #include <urcu/rculfhash.h>
+#include <urcu/rculist.h>
 #include <urcu/wfcqueue.h>
 
 #include <stdatomic.h>
@@ -54,10 +55,29 @@ extern int fanout__rcu_token;
 /* Which result strings of a child were allocated by fanout_set_*(). */
 #define OWN_ERROR 0x1u
 
-/* Internal cancel bit: the engine is shutting down. */
-#define CANCEL_SHUTDOWN 0x4u
-/* Internal cancel bit: the finaliser has read the bits; too late to cancel. */
-#define CANCEL_FINAL 0x8u
+/*
+ * The record's `cancel` word: the public FANOUT_CANCEL_* bits (PENDING 0x1,
+ * INTERRUPT 0x2, ABANDON 0x4), then who asked, then CANCEL_FINAL.
+ */
+#define CANCEL_HOW_MASK                                                        \
+	(FANOUT_CANCEL_PENDING | FANOUT_CANCEL_INTERRUPT |                     \
+	 FANOUT_CANCEL_ABANDON)
+#define CANCEL_USER 0x10u     /* fanout_cancel, fanout_cancel_session */
+#define CANCEL_SHUTDOWN 0x20u /* fanout_shutdown */
+#define CANCEL_TIMEDOUT 0x40u /* the batch's deadline passed */
+#define CANCEL_POLICY 0x80u   /* the batch's join policy */
+#define CANCEL_TREE 0x100u    /* the parent delegation was interrupted */
+/* Sources that make event->cancelled true. */
+#define CANCEL_BY_CALLER (CANCEL_USER | CANCEL_SHUTDOWN | CANCEL_TREE)
+/* The finaliser has read the bits; too late to cancel. */
+#define CANCEL_FINAL 0x8000u
+
+/* struct fanout_pending's `state` bits. */
+#define PEND_DONE 0x1u /* finished, by its completer or by the library */
+#define PEND_CB 0x2u   /* an on_cancel callback is registered */
+#define PEND_RUN 0x4u  /* someone claimed running the callback */
+
+struct fanout_timer;
 
 enum rec_state { REC_RUNNING = 0, REC_FINISHED = 1 };
 
@@ -78,7 +98,32 @@ struct task_slot {
 struct fanout_child {
 	struct record *rec;
 	unsigned index;
-	struct fanout_result *res; /* C */
+	struct fanout_result *res;	/* C */
+	struct fanout_pending *pending; /* C: set by fanout_defer() */
+	uint64_t t0;			/* C: start, fq_cycles() */
+	bool placed; /* C: holds one of the record's max_children places */
+};
+
+/*
+ * A deferred child (pending.c).  Lifetime: `refs` = 1 for the record (put
+ * when the record is freed, so anyone who reaches p through the record's
+ * pending list reads valid memory) + 1 for the completer (put by
+ * fanout_complete).  `rec` is dereferenced only by a thread that knows
+ * the child is not finished (it won the DONE CAS, or it is inside an RCU
+ * read section and saw DONE clear), because a finished child's record may
+ * be freed.
+ */
+struct fanout_pending {
+	struct record *rec;	     /* I */
+	struct fanout_pending *next; /* I: the record's pending list */
+	fanout_id id;		     /* I */
+	unsigned index;		     /* I */
+	uint64_t t0;		     /* I: the child's start, fq_cycles() */
+	/* I once PEND_CB is set (the CAS that sets it is a release). */
+	void (*cb)(struct fanout_pending *p, void *arg);
+	void *cb_arg;
+	_Atomic uint32_t state; /* A: PEND_* */
+	_Atomic uint32_t refs;	/* A */
 };
 
 /*
@@ -108,17 +153,34 @@ struct record {
 	const char *context;
 	const char *session_key;
 	void *user;
-	/* A: FANOUT_CANCEL_* | CANCEL_SHUTDOWN | CANCEL_FINAL.  Read before
+	fanout_id parent_id; /* I: record whose child started this one, or 0 */
+	uint64_t deadline;   /* I: absolute, fq_now_ns(); 0 = none */
+	unsigned join;	     /* I: FANOUT_JOIN_* */
+	unsigned quorum;     /* I: completed children that end a QUORUM */
+	struct record *dl_next; /* A: the timer's inbox link (timer.c) */
+	/* A: a child of this record started a delegation (the cancel tree
+	 * scans for it only then; see tree.c). */
+	_Atomic bool has_kids;
+	/* A: FANOUT_CANCEL_* | CANCEL_* sources | CANCEL_FINAL.  Read before
 	 * every child, written at most a few times per record: kept off the
 	 * line the runners' claim/join RMWs bounce. */
 	_Atomic uint32_t cancel;
 	/* A: a child set a string of its own (set once, never cleared), so
 	 * the free must visit the result slots; see rec_free_rcu(). */
 	_Atomic bool strings;
-	struct cds_lfht_node node;  /* table linkage (liburcu) */
-	struct rcu_head rcu;	    /* deferred free */
-	struct cds_wfcq_node qnode; /* sink linkage */
-	uint64_t finish_seq;	    /* F: position among finished records */
+	/* Deferred children (pending.c, join.c) and the QUORUM count: in the
+	 * zeroed head, written only by records whose children defer or that
+	 * have a join policy, so an ordinary dispatch writes no extra line. */
+	_Atomic(struct fanout_pending *) pendings; /* A: list, push only */
+	_Atomic bool deferring;	   /* A: a child deferred: claim one by one */
+	_Atomic uint32_t npending; /* A: deferred, not finished yet */
+	_Atomic uint32_t places; /* A: children holding a max_children place */
+	_Atomic uint32_t parked; /* A: tokens waiting for a place */
+	_Atomic uint32_t ncompleted; /* A: completed children (QUORUM) */
+	struct cds_lfht_node node;   /* table linkage (liburcu) */
+	struct rcu_head rcu;	     /* deferred free */
+	struct cds_wfcq_node qnode;  /* sink linkage */
+	uint64_t finish_seq;	     /* F: position among finished records */
 
 	/* Hot: every child of the batch touches these; own line. */
 	_Atomic uint32_t claim __attribute__((aligned(CACHELINE))); /* A */
@@ -187,6 +249,13 @@ struct fanout_engine {
 	_Atomic uint64_t st_skipped;
 	_Atomic uint64_t st_helper_children; /* run by non-worker threads */
 
+	/* The deadline timer (timer.c); started on the first deadline. */
+	struct fanout_timer *timer; /* A: via timer_state */
+	_Atomic uint32_t timer_state;
+
+	/* Every engine, for the cancel tree (tree.c). */
+	struct cds_list_head engines_node;
+
 	/* Large record blocks kept for reuse (alloc.c): taken by dispatch,
 	 * given back by the call_rcu callbacks that free records. */
 	struct fa_cache blocks __attribute__((aligned(CACHELINE)));
@@ -204,6 +273,27 @@ struct fanout_child *fanout__current(void);
 void fanout__run_token(struct fq_work *w);
 bool fanout__help_step(struct fanout_engine *e);
 int fanout__cancel_rec(struct record *rec, unsigned how);
+void fanout__join_sub(struct record *rec, uint32_t n);
+void fanout__after_child(struct record *rec, enum fanout_status st);
+enum fanout_status fanout__set_outcome(struct record *rec, unsigned i,
+				       struct fanout_result *r, int rc);
+void fanout__give_place(struct record *rec);
+int fanout__interrupt_code(uint32_t cancel);
+
+/* pending.c */
+void fanout__pending_put(struct fanout_pending *p);
+void fanout__pendings_cancel(struct record *rec, uint32_t bits);
+
+/* timer.c */
+int fanout__timer_start(struct fanout_engine *e);
+void fanout__timer_add(struct fanout_engine *e, struct record *rec);
+void fanout__timer_done(struct fanout_engine *e);
+void fanout__timer_stop(struct fanout_engine *e);
+
+/* tree.c */
+void fanout__engines_add(struct fanout_engine *e);
+void fanout__engines_del(struct fanout_engine *e);
+void fanout__tree_cancel(struct record *rec, unsigned how);
 /* Chunk size: about 8 claims per runner, so runners stay balanced while
  * `claim` is touched once per chunk, not once per child (and `remaining`
  * once per runner, see fanout__run_token). */
@@ -236,6 +326,7 @@ extern _Atomic long fanout__fail_eventfd_at;
 /* child.c: strings allocated with their size in front. */
 char *fanout__str_dup(const char *s, size_t len);
 void fanout__str_free(const char *s);
+void fanout__mark_strings(struct record *rec);
 
 static inline double fanout__bits_to_double(uint64_t b)
 {
@@ -252,6 +343,23 @@ static inline uint64_t fanout__double_to_bits(double d)
 		double d;
 	} v = {.d = d};
 	return v.u;
+}
+
+/* Add a finished child's cost to the record's running sum (lookup). */
+static inline void fanout__cost_add(struct record *rec, double x)
+{
+	uint64_t old;
+
+	if (x == 0)
+		return;
+	old = atomic_load_explicit(&rec->cost_bits, memory_order_relaxed);
+	/* relaxed: a running sum for lookup only; the event's cost is
+	 * recomputed from the slots after the join's acquire. */
+	while (!atomic_compare_exchange_weak_explicit(
+		&rec->cost_bits, &old,
+		fanout__double_to_bits(fanout__bits_to_double(old) + x),
+		memory_order_relaxed, memory_order_relaxed))
+		;
 }
 
 #endif

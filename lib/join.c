@@ -28,6 +28,27 @@
  * acquire (acq_rel) makes all of them visible.  Exactly one thread sees the
  * counter go from k to 0, so exactly one thread finalises, and exactly one
  * event is published.
+ *
+ * Deferred children.  A child that calls fanout_defer() is not counted by
+ * its runner: exactly one finisher of the pending child (its completer, or
+ * the library abandoning it) subtracts 1 for it, after writing its slot
+ * (pending.c argues the finishers' race; tests/models/pending_finish.pml
+ * checks it).  So every child is still subtracted exactly once.
+ *
+ * Places.  Once a child of a record has deferred (`deferring`), runners
+ * claim one child at a time and each start takes a place first
+ * (take_place: fetch_add on `places`, undone at max_children).  A child
+ * that returns gives its place back; one that defers keeps it until it is
+ * finished.  A runner that finds no place parks: it turns itself into a
+ * parked token (one ring credit and one record reference, counted in
+ * `parked`) and leaves.  Whoever gives a place back then takes one parked
+ * token (CAS on `parked`) and submits it, or releases it when nothing is
+ * left to claim.  No lost wake-up: park increments `parked` and then
+ * re-reads `places`; give_place decrements `places` and then reads
+ * `parked`; both seq_cst, so at least one of them sees the other, and the
+ * CAS on `parked` lets exactly one of them own the token.  claim_rest and
+ * finalise release every parked token still there, so none outlives the
+ * record's join.
  */
 #include "internal.h"
 
@@ -50,10 +71,35 @@ static const char *code_text(int code)
 
 	if (code == -ECANCELED)
 		return "interrupted";
+	if (code == -ETIMEDOUT)
+		return "the delegation's deadline passed";
 	if (code > 0)
 		return "child returned a positive value (reported as an error)";
 	s = strerrordesc_np(-code);
 	return s ? s : "child failed with an unknown error";
+}
+
+/* The code of a child that an interrupt (with these cancel bits) stopped. */
+int fanout__interrupt_code(uint32_t cancel)
+{
+	return cancel & CANCEL_TIMEDOUT ? -ETIMEDOUT : -ECANCELED;
+}
+
+/* Tokens parked for a place and not needed any more: give back their ring
+ * credits and record references.  Called by claim_rest and finalise. */
+static void release_parked(struct record *rec)
+{
+	uint32_t k;
+
+	/* relaxed: a quick look, the exchange decides. */
+	if (!atomic_load_explicit(&rec->parked, memory_order_relaxed))
+		return;
+	/* acq_rel: owns the tokens against take_parked's CAS. */
+	k = atomic_exchange_explicit(&rec->parked, 0, memory_order_acq_rel);
+	if (k) {
+		fq_unreserve(rec->e->q, k);
+		fanout__rec_put(rec, k);
+	}
 }
 
 static void finalise(struct record *rec)
@@ -82,6 +128,9 @@ static void finalise(struct record *rec)
 		else
 			ne++;
 	}
+	release_parked(rec);
+	if (rec->deadline)
+		fanout__timer_done(e);
 	ev->id = rec->id;
 	ev->context = rec->context;
 	ev->session_key = rec->session_key;
@@ -94,15 +143,23 @@ static void finalise(struct record *rec)
 	ev->ncompleted = nc;
 	ev->nerror = ne;
 	ev->ninterrupted = ni;
-	ev->cancelled = cancel != 0;
+	ev->cancelled = (cancel & CANCEL_BY_CALLER) != 0;
+	ev->timed_out = (cancel & CANCEL_TIMEDOUT) != 0;
+	ev->interrupted_by_policy = (cancel & CANCEL_POLICY) != 0;
 	if (nc) {
 		ev->status = FANOUT_COMPLETED;
 		ev->error = NULL;
 	} else if (ni == rec->ntasks) {
 		ev->status = FANOUT_INTERRUPTED;
-		ev->error = cancel & CANCEL_SHUTDOWN ? "engine shut down" :
-			    cancel		     ? "cancelled" :
-				     "every child was interrupted";
+		ev->error = cancel & CANCEL_SHUTDOWN ?
+				    "engine shut down" :
+			    cancel & CANCEL_TIMEDOUT ?
+				    "deadline passed" :
+			    cancel & CANCEL_TREE ?
+				    "its parent delegation was interrupted" :
+			    cancel & CANCEL_USER ?
+				    "cancelled" :
+				    "every child was interrupted";
 	} else {
 		ev->status = FANOUT_ERROR;
 		ev->error = "no child completed";
@@ -143,10 +200,22 @@ static void finalise(struct record *rec)
 	fanout__active_put(e, 1);
 }
 
+/* Hand @n finished children to the join counter; the one that takes it to
+ * zero finalises.  acq_rel: release publishes the caller's result slots;
+ * the acquire makes the zeroing thread see every other finisher's (the
+ * join argument above). */
+void fanout__join_sub(struct record *rec, uint32_t n)
+{
+	if (atomic_fetch_sub_explicit(&rec->remaining, n,
+				      memory_order_acq_rel) == n)
+		finalise(rec);
+}
+
 /* ----------------------------------------------------------------- run */
 
-/* Report child i as never started (the delegation was cancelled). */
-static void skip_child(struct record *rec, unsigned i)
+/* Report child i as never started (the delegation was interrupted; the
+ * cancel bits say by what). */
+static void skip_child(struct record *rec, unsigned i, uint32_t cancel)
 {
 	struct fanout_result *r = &rec->results[i];
 
@@ -154,20 +223,106 @@ static void skip_child(struct record *rec, unsigned i)
 	r->goal = rec->tasks[i].goal;
 	r->status = FANOUT_INTERRUPTED;
 	r->summary = NULL;
-	r->error = "cancelled before it started";
+	r->error =
+		cancel & CANCEL_TIMEDOUT ?
+			"the delegation's deadline passed before it started" :
+		cancel & CANCEL_POLICY ?
+			"the join policy was met before it started" :
+			"cancelled before it started";
 	r->duration_ns = 0;
 	r->cost = 0;
-	r->code = -ECANCELED; /* owned[i] stays 0 (rec_alloc) */
+	r->code = fanout__interrupt_code(cancel); /* owned[i] stays 0 */
 }
 
-/* Run child i.  *clock is the time it starts; on return, the time it ended
- * (which is when the next child of the same chunk starts). */
-static void run_child(struct record *rec, unsigned i, uint64_t *clock)
+/*
+ * The join policy, after child @st finished (sync or deferred): the first
+ * error (FIRST_ERROR), the first completion (ANY) or the quorum-th one
+ * (QUORUM) interrupts the rest.  The caller's own child is not yet
+ * subtracted, so the record cannot finish under the cancel.
+ */
+void fanout__after_child(struct record *rec, enum fanout_status st)
+{
+	bool hit = false;
+
+	switch (rec->join) {
+	case FANOUT_JOIN_FIRST_ERROR:
+		hit = st == FANOUT_ERROR;
+		break;
+	case FANOUT_JOIN_ANY:
+		hit = st == FANOUT_COMPLETED;
+		break;
+	case FANOUT_JOIN_QUORUM:
+		/* relaxed: the count's RMW order alone picks the quorum-th. */
+		hit = st == FANOUT_COMPLETED &&
+		      atomic_fetch_add_explicit(&rec->ncompleted, 1,
+						memory_order_relaxed) +
+				      1 ==
+			      rec->quorum;
+		break;
+	default:
+		return;
+	}
+	if (hit)
+		fanout__cancel_rec(rec, FANOUT_CANCEL_INTERRUPT |
+						FANOUT_CANCEL_ABANDON |
+						CANCEL_POLICY);
+}
+
+/* The outcome of a child that returned @rc into its slot. */
+enum fanout_status fanout__set_outcome(struct record *rec, unsigned i,
+				       struct fanout_result *r, int rc)
+{
+	/* relaxed: whether the deadline passed first; the cancel word's bits
+	 * only decide how this child is reported. */
+	uint32_t cancel =
+		atomic_load_explicit(&rec->cancel, memory_order_relaxed);
+
+	if (cancel & CANCEL_TIMEDOUT) /* not finished by the deadline */
+		rc = -ETIMEDOUT;
+	r->code = rc;
+	if (rc == 0) {
+		r->status = FANOUT_COMPLETED;
+		/* An error string set, then completed anyway: drop it. */
+		if (rec->owned[i] & OWN_ERROR) {
+			fanout__str_free(r->error);
+			rec->owned[i] = 0;
+		}
+		r->error = NULL;
+	} else if (rc == -ECANCELED || rc == -ETIMEDOUT) {
+		r->status = FANOUT_INTERRUPTED;
+		if (rc == -ETIMEDOUT && (rec->owned[i] & OWN_ERROR)) {
+			fanout__str_free(r->error);
+			rec->owned[i] = 0;
+			r->error = NULL;
+		}
+		if (!r->error || rc == -ETIMEDOUT)
+			r->error = code_text(rc);
+	} else {
+		r->status = FANOUT_ERROR;
+		if (!r->error)
+			r->error = code_text(rc);
+	}
+	return r->status;
+}
+
+/*
+ * Run child i.  *clock is the time it starts; on return, the time it ended
+ * (which is when the next child of the same chunk starts).  @placed: the
+ * runner took a max_children place for it.  Returns false when the child
+ * deferred (someone else finishes it), true when it is finished.
+ */
+static bool run_child(struct record *rec, unsigned i, uint64_t *clock,
+		      bool placed)
 {
 	struct task_slot *t = &rec->tasks[i];
 	struct fanout_result *r = &rec->results[i];
-	struct fanout_child c = {.rec = rec, .index = i, .res = r};
+	struct fanout_child c = {.rec = rec,
+				 .index = i,
+				 .res = r,
+				 .t0 = *clock,
+				 .placed = placed};
 	struct fanout_child *prev = tls_child;
+	enum fanout_status st;
 	uint64_t t1;
 	int rc;
 
@@ -182,85 +337,76 @@ static void run_child(struct record *rec, unsigned i, uint64_t *clock)
 	rc = t->fn(&c, t->arg);
 	tls_child = prev;
 	t1 = fq_cycles();
-	r->duration_ns = fq_cycles_to_ns(t1 - *clock);
 	*clock = t1;
-	r->code = rc;
-	if (rc == 0) {
-		r->status = FANOUT_COMPLETED;
-		/* An error string set, then completed anyway: drop it. */
-		if (rec->owned[i] & OWN_ERROR) {
-			fanout__str_free(r->error);
-			rec->owned[i] = 0;
-		}
-		r->error = NULL;
-	} else {
-		r->status =
-			rc == -ECANCELED ? FANOUT_INTERRUPTED : FANOUT_ERROR;
-		if (!r->error)
-			r->error = code_text(rc);
-	}
-	if (r->cost != 0) {
-		uint64_t old = atomic_load_explicit(&rec->cost_bits,
-						    memory_order_relaxed);
-		/* relaxed: a running sum for lookup only; the event's cost is
-		 * recomputed from the slots after the join's acquire. */
-		while (!atomic_compare_exchange_weak_explicit(
-			&rec->cost_bits, &old,
-			fanout__double_to_bits(fanout__bits_to_double(old) +
-					       r->cost),
-			memory_order_relaxed, memory_order_relaxed))
-			;
-	}
+	if (c.pending)
+		return false; /* its place went with it (pending.c) */
+	if (c.placed)
+		fanout__give_place(rec);
+	r->duration_ns = fq_cycles_to_ns(t1 - c.t0);
+	st = fanout__set_outcome(rec, i, r, rc);
+	fanout__cost_add(rec, r->cost);
+	if (rec->join != FANOUT_JOIN_ALL)
+		fanout__after_child(rec, st);
+	return true;
 }
 
+/* What a runner did: children it ran (called fn), finished (ran and
+ * returned, or skipped) and skipped. */
+struct tally {
+	unsigned ran, done, skipped;
+};
+
 /* Run the claimed chunk [i, end): children not started when a cancel
- * arrives are reported interrupted instead (they are still ours).  *done
- * counts the runner's finished children (its progress slot shows it);
- * *cycles (if not NULL) receives the chunk's duration in fq_cycles ticks;
- * returns how many of them ran. */
-static unsigned run_chunk(struct record *rec, struct progress_slot *prog,
-			  unsigned i, unsigned end, unsigned *done,
-			  uint64_t *cycles)
+ * arrives are reported interrupted instead (they are still ours).  @t
+ * counts; the runner's progress slot shows t->done; *cycles (if not NULL)
+ * receives the chunk's duration in fq_cycles ticks.  @placed: the chunk is
+ * one child for which a place was taken. */
+static void run_chunk(struct record *rec, struct progress_slot *prog,
+		      unsigned i, unsigned end, struct tally *t,
+		      uint64_t *cycles, bool placed)
 {
 	uint64_t clock = fq_cycles(), start = clock;
-	unsigned j, ran = 0;
+	unsigned j;
 
 	for (j = i; j < end; j++) {
 		/* relaxed: whether to start is a hint-level decision; the
 		 * child's outcome is published by the join below. */
-		if (atomic_load_explicit(&rec->cancel, memory_order_relaxed) &
-		    FANOUT_CANCEL_PENDING)
-			skip_child(rec, j);
-		else {
-			run_child(rec, j, &clock);
-			ran++;
+		uint32_t cancel = atomic_load_explicit(&rec->cancel,
+						       memory_order_relaxed);
+
+		if (cancel & FANOUT_CANCEL_PENDING) {
+			if (placed)
+				fanout__give_place(rec);
+			skip_child(rec, j, cancel);
+			t->skipped++;
+		} else {
+			t->ran++;
+			if (!run_child(rec, j, &clock, placed))
+				continue; /* deferred: not ours to count */
 		}
 		/* relaxed: a progress figure for lookup, nothing read through
 		 * it; only this runner writes its slot.  A helping consumer
 		 * has none (its chunk counts once it is subtracted). */
-		++*done;
+		++t->done;
 		if (prog)
-			atomic_store_explicit(&prog->n, *done,
+			atomic_store_explicit(&prog->n, t->done,
 					      memory_order_relaxed);
 	}
 	if (cycles)
 		*cycles = clock - start;
-	return ran;
 }
 
-/* A runner is through: count what it ran and hand its @done children to
- * the join counter in ONE subtraction; the one that takes it to zero
+/* A runner is through: count what it ran and hand its finished children
+ * to the join counter in ONE subtraction; the one that takes it to zero
  * finalises.  @prog: its progress slot, or NULL. */
 static void runner_done(struct record *rec, struct progress_slot *prog,
-			unsigned ran, unsigned done)
+			const struct tally *t)
 {
 	struct fanout_engine *e = rec->e;
 	int self;
 
-	if (!done)
-		return;
-	if (ran != done) /* relaxed: a statistic */
-		atomic_fetch_add_explicit(&e->st_skipped, done - ran,
+	if (t->skipped) /* relaxed: a statistic */
+		atomic_fetch_add_explicit(&e->st_skipped, t->skipped,
 					  memory_order_relaxed);
 	self = fq_self(e->q);
 	if (self >= 0) {
@@ -268,12 +414,15 @@ static void runner_done(struct record *rec, struct progress_slot *prog,
 		/* W: only this worker writes its slot. */
 		atomic_store_explicit(
 			cnt,
-			atomic_load_explicit(cnt, memory_order_relaxed) + ran,
+			atomic_load_explicit(cnt, memory_order_relaxed) +
+				t->ran,
 			memory_order_relaxed);
-	} else { /* relaxed: a statistic */
-		atomic_fetch_add_explicit(&e->st_helper_children, ran,
+	} else if (t->ran) { /* relaxed: a statistic */
+		atomic_fetch_add_explicit(&e->st_helper_children, t->ran,
 					  memory_order_relaxed);
 	}
+	if (!t->done)
+		return;
 	/* Hand the progress over to `remaining`: clearing first means a
 	 * concurrent lookup may lag for an instant, never count a child
 	 * twice.  relaxed: as above. */
@@ -281,8 +430,8 @@ static void runner_done(struct record *rec, struct progress_slot *prog,
 		atomic_store_explicit(&prog->n, 0, memory_order_relaxed);
 	/* acq_rel: release publishes our result slots; the acquire makes the
 	 * zeroing thread see every other runner's (the join argument above). */
-	if (atomic_fetch_sub_explicit(&rec->remaining, done,
-				      memory_order_acq_rel) == done) {
+	if (atomic_fetch_sub_explicit(&rec->remaining, t->done,
+				      memory_order_acq_rel) == t->done) {
 		/* Every child has run: a worker that is not itself inside a
 		 * child only has library code left. */
 		if (!tls_child)
@@ -293,17 +442,18 @@ static void runner_done(struct record *rec, struct progress_slot *prog,
 
 /*
  * Adaptive chunks.  A runner starts with rec->chunk children per claim
- * (about 8 claims per runner, see fanout__chunk_for) and doubles its chunk after
- * each chunk that took less than CHUNK_GROW_NS, up to an even share of
- * what is left; after a slower chunk it goes back to rec->chunk.  Cheap
+ * (about 8 claims per runner, see fanout__chunk_for) and doubles its chunk
+ * after each chunk that took less than CHUNK_GROW_NS, up to an even share
+ * of what is left; after a slower chunk it goes back to rec->chunk.  Cheap
  * children then cost a few claims per runner instead of a cross-core
  * transfer of `claim` every few children, while a runner holds at most
  * about 2 x CHUNK_GROW_NS of claimed-but-unstarted children like the ones
  * it just ran, so an idle runner is not left waiting behind it (chunks
  * sized by count alone would let one runner sit on half a batch of slow
  * children).  The clock reads are the per-child ones run_chunk makes
- * anyway.  A/B on 2 workers, no-op children, one batch in flight: batch
- * 64 p50 8.1-8.6 -> 7.1-7.3 us per batch.
+ * anyway.  Once a child deferred, claims are one child each: a deferring
+ * child is quick to start and slow to finish, and each start needs a
+ * max_children place (see "Places").
  */
 #define CHUNK_GROW_NS 2000
 
@@ -319,6 +469,78 @@ static uint32_t next_chunk(const struct record *rec, uint32_t chunk,
 	return chunk < cap ? chunk : cap;
 }
 
+/* ------------------------------------------------------------- places */
+
+static bool take_place(struct record *rec)
+{
+	/* seq_cst: the "Places" store-load pair with park(). */
+	uint32_t old = atomic_fetch_add_explicit(&rec->places, 1,
+						 memory_order_seq_cst);
+
+	if (old < rec->e->cfg.max_children)
+		return true;
+	fanout__give_place(rec);
+	return false;
+}
+
+/* Take one parked token, if any; true when we own it. */
+static bool take_parked(struct record *rec)
+{
+	/* seq_cst: the load of the "Places" pair (after the place update). */
+	uint32_t k = atomic_load_explicit(&rec->parked, memory_order_seq_cst);
+
+	/* acq_rel: one owner per token; the acquire sees the parker's
+	 * reference and credit taken. */
+	while (k && !atomic_compare_exchange_weak_explicit(
+			    &rec->parked, &k, k - 1, memory_order_acq_rel,
+			    memory_order_relaxed))
+		;
+	return k != 0;
+}
+
+void fanout__give_place(struct record *rec)
+{
+	/* seq_cst: the store of the "Places" pair with park(). */
+	atomic_fetch_sub_explicit(&rec->places, 1, memory_order_seq_cst);
+	if (!take_parked(rec))
+		return;
+	/* relaxed: hints; a token that finds nothing to claim just leaves,
+	 * and the claim RMW decides. */
+	if (atomic_load_explicit(&rec->claim, memory_order_relaxed) <
+		    rec->ntasks &&
+	    !(atomic_load_explicit(&rec->cancel, memory_order_relaxed) &
+	      FANOUT_CANCEL_PENDING)) {
+		fq_submit(rec->e->q, &rec->work, 1); /* credit and ref held */
+	} else {
+		fq_unreserve(rec->e->q, 1);
+		fanout__rec_put(rec, 1);
+	}
+}
+
+/* No place for the next child: park this runner as a token (a ring credit
+ * and a record reference) that the next give_place resubmits.  Returns 1
+ * when parked (the runner leaves), 0 when a place came free before anyone
+ * took the token (try again), -1 when the ring has no credit to park with
+ * (the runner goes on without a place). */
+static int park(struct record *rec)
+{
+	if (!fq_reserve(rec->e->q, 1, 1))
+		return -1;
+	/* relaxed: we hold a reference already. */
+	atomic_fetch_add_explicit(&rec->refs, 1, memory_order_relaxed);
+	/* seq_cst: the store of the "Places" pair; then re-read `places`. */
+	atomic_fetch_add_explicit(&rec->parked, 1, memory_order_seq_cst);
+	if (atomic_load_explicit(&rec->places, memory_order_seq_cst) <
+		    rec->e->cfg.max_children &&
+	    take_parked(rec)) {
+		/* A place came free before anyone saw our token: unpark. */
+		fq_unreserve(rec->e->q, 1);
+		fanout__rec_put(rec, 1);
+		return 0;
+	}
+	return 1;
+}
+
 /* The fq_work function: one ring token (or the fanout_run caller).  The
  * runner takes chunks until none is left, then hands everything it
  * finished to the join counter in ONE subtraction, so `remaining` is
@@ -327,35 +549,55 @@ void fanout__run_token(struct fq_work *w)
 {
 	struct record *rec = caa_container_of(w, struct record, work);
 	uint32_t n = rec->ntasks, chunk = rec->chunk;
-	/* relaxed: a distinct index is all we need (RMW total order); there
-	 * are exactly nrunners runners, so it stays in range. */
+	/* relaxed: a distinct index is all we need (RMW total order).  A
+	 * token resubmitted after parking has no slot of its own. */
 	uint32_t slot = atomic_fetch_add_explicit(&rec->runner_next, 1,
 						  memory_order_relaxed);
-	struct progress_slot *prog = &rec->progress[slot];
-	unsigned done = 0, ran = 0;
+	struct progress_slot *prog =
+		slot < rec->nrunners ? &rec->progress[slot] : NULL;
+	struct tally t = {0, 0, 0};
 	uint64_t cycles;
 	uint32_t end;
 
-	assert(slot < rec->nrunners);
 	for (;;) {
 		uint32_t i;
+		bool placed = false;
 
 		/* relaxed: a hint only; the claim below decides. */
 		if (atomic_load_explicit(&rec->cancel, memory_order_relaxed) &
 		    FANOUT_CANCEL_PENDING)
 			break;
+		/* relaxed: set once by fanout_defer; a stale false costs at
+		 * most one chunk started without places. */
+		if (atomic_load_explicit(&rec->deferring,
+					 memory_order_relaxed)) {
+			chunk = 1;
+			placed = take_place(rec);
+			if (!placed) {
+				int parked = park(rec);
+
+				if (parked > 0)
+					break; /* resubmitted on a place */
+				if (parked == 0)
+					continue; /* a place came free */
+				/* no ring credit to park with: run unplaced */
+			}
+		}
 		/* relaxed: ownership comes from the RMW's total order on
 		 * `claim`; the task slots were published by the ring handoff
 		 * (or are the caller's own writes). */
 		i = atomic_fetch_add_explicit(&rec->claim, chunk,
 					      memory_order_relaxed);
-		if (i >= n)
+		if (i >= n) {
+			if (placed)
+				fanout__give_place(rec);
 			break;
+		}
 		end = n - i < chunk ? n : i + chunk;
-		ran += run_chunk(rec, prog, i, end, &done, &cycles);
+		run_chunk(rec, prog, i, end, &t, &cycles, placed);
 		chunk = next_chunk(rec, chunk, end, cycles);
 	}
-	runner_done(rec, prog, ran, done);
+	runner_done(rec, prog, &t);
 	fanout__rec_put(rec, 1);
 }
 
@@ -368,7 +610,8 @@ void fanout__run_token(struct fq_work *w)
  * chunk counts in the join, so the record cannot finish (and the engine
  * cannot stop its queue) under that submit; we hold a reference of our
  * own meanwhile, since the token's travels with it.  The helper takes no
- * progress slot: lookup counts its chunk once it is subtracted.
+ * progress slot: lookup counts its chunk once it is subtracted.  A record
+ * whose children defer is left to the workers (places, parking).
  * Returns false when there was no token to take.
  */
 bool fanout__help_step(struct fanout_engine *e)
@@ -376,7 +619,7 @@ bool fanout__help_step(struct fanout_engine *e)
 	struct fq_work *w = fq_help_take(e->q);
 	struct record *rec;
 	uint32_t n, chunk, i;
-	unsigned done = 0, ran;
+	struct tally t = {0, 0, 0};
 
 	if (!w)
 		return false;
@@ -384,9 +627,10 @@ bool fanout__help_step(struct fanout_engine *e)
 	n = rec->ntasks;
 	chunk = rec->chunk;
 	/* relaxed: as in run_token; the claim decides. */
-	if (atomic_load_explicit(&rec->cancel, memory_order_relaxed) &
-	    FANOUT_CANCEL_PENDING) {
-		fanout__rec_put(rec, 1);
+	if ((atomic_load_explicit(&rec->cancel, memory_order_relaxed) &
+	     FANOUT_CANCEL_PENDING) ||
+	    atomic_load_explicit(&rec->deferring, memory_order_relaxed)) {
+		fanout__run_token(w);
 		return true;
 	}
 	i = atomic_fetch_add_explicit(&rec->claim, chunk, memory_order_relaxed);
@@ -394,8 +638,7 @@ bool fanout__help_step(struct fanout_engine *e)
 		fanout__rec_put(rec, 1);
 		return true;
 	}
-	ran = run_chunk(rec, NULL, i, n - i < chunk ? n : i + chunk, &done,
-			NULL);
+	run_chunk(rec, NULL, i, n - i < chunk ? n : i + chunk, &t, NULL, false);
 	if (n - i > chunk) {
 		/* relaxed: we hold the token's reference while taking ours. */
 		atomic_fetch_add_explicit(&rec->refs, 1, memory_order_relaxed);
@@ -405,14 +648,15 @@ bool fanout__help_step(struct fanout_engine *e)
 			fanout__run_token(
 				w); /* no room in the ring: run the rest */
 	}
-	runner_done(rec, NULL, ran, done);
+	runner_done(rec, NULL, &t);
 	fanout__rec_put(rec, 1); /* ours, or the token's if it is used up */
 	return true;
 }
 
 /* Claim every unstarted child for the canceller; see "Claim" above.
- * Returns how many it took; the caller is inside an RCU read section. */
-static unsigned claim_rest(struct record *rec)
+ * Returns how many it took; the caller keeps the record alive (an RCU read
+ * section, a reference, or an unfinished child of its own). */
+static unsigned claim_rest(struct record *rec, uint32_t cancel)
 {
 	uint32_t n = rec->ntasks, old, i;
 
@@ -420,40 +664,55 @@ static unsigned claim_rest(struct record *rec)
 	if (old >= n)
 		return 0;
 	for (i = old; i < n; i++)
-		skip_child(rec, i);
+		skip_child(rec, i, cancel);
+	release_parked(rec);
 	/* relaxed: a statistic */
 	atomic_fetch_add_explicit(&rec->e->st_skipped, n - old,
 				  memory_order_relaxed);
-	/* acq_rel: as in run_child, for the whole range at once. */
-	if (atomic_fetch_sub_explicit(&rec->remaining, n - old,
-				      memory_order_acq_rel) == n - old)
-		finalise(rec);
+	fanout__join_sub(rec, n - old);
 	return n - old;
 }
 
+/*
+ * Interrupt a record: @how is FANOUT_CANCEL_* (INTERRUPT implies PENDING;
+ * ABANDON counts only with INTERRUPT) plus the CANCEL_* source.  Unstarted
+ * children are claimed and skipped; with INTERRUPT the deferred children's
+ * on_cancel callbacks run, with ABANDON they are finished, and the cancel
+ * tree is walked.  The caller keeps the record alive (RCU read section, a
+ * reference, or an unfinished child of its own).
+ */
 int fanout__cancel_rec(struct record *rec, unsigned how)
 {
-	uint32_t bits =
-		how & FANOUT_CANCEL_INTERRUPT ?
-			FANOUT_CANCEL_PENDING | FANOUT_CANCEL_INTERRUPT :
-			FANOUT_CANCEL_PENDING;
+	uint32_t bits = how & ~(CANCEL_HOW_MASK | CANCEL_FINAL);
 	uint32_t old;
 
-	bits |= how & CANCEL_SHUTDOWN;
+	if (how & FANOUT_CANCEL_INTERRUPT)
+		bits |= FANOUT_CANCEL_PENDING | FANOUT_CANCEL_INTERRUPT |
+			(how & FANOUT_CANCEL_ABANDON);
+	else
+		bits |= FANOUT_CANCEL_PENDING;
 	/* acquire: pairs with the join's last decrement; 0 remaining means
 	 * every child is done and the event is (being) published. */
 	if (atomic_load_explicit(&rec->remaining, memory_order_acquire) == 0)
 		return -EALREADY;
-	/* acq_rel: a child that sees the bit in fanout_interrupted() sees
-	 * everything the canceller did before; pairs with the finaliser's
-	 * fetch_or of CANCEL_FINAL, whichever comes first decides. */
+	/* seq_cst: a child that sees the bit in fanout_interrupted() sees
+	 * everything the canceller did before (release); pairs with the
+	 * finaliser's fetch_or of CANCEL_FINAL, whichever comes first
+	 * decides; and it is the store of the store-load pairs against
+	 * fanout_defer's push (pending.c) and a nested dispatch's re-check of
+	 * its parent (tree.c). */
 	old = atomic_fetch_or_explicit(&rec->cancel, bits,
-				       memory_order_acq_rel);
+				       memory_order_seq_cst);
 	if (old & CANCEL_FINAL)
 		return -EALREADY; /* the finaliser already read the bits */
-	if (!old)		  /* relaxed: a statistic */
+	if (!(old & CANCEL_BY_CALLER) &&
+	    (bits & CANCEL_BY_CALLER)) /* relaxed: a statistic */
 		atomic_fetch_add_explicit(&rec->e->st_cancelled, 1,
 					  memory_order_relaxed);
-	claim_rest(rec);
+	claim_rest(rec, old | bits);
+	if (bits & FANOUT_CANCEL_INTERRUPT) {
+		fanout__pendings_cancel(rec, old | bits);
+		fanout__tree_cancel(rec, bits & CANCEL_HOW_MASK);
+	}
 	return 0;
 }

@@ -43,6 +43,20 @@ static void rec_free_rcu(struct rcu_head *head)
 				fanout__str_free(r->error);
 		}
 	}
+	/* The record's references on its deferred children (pending.c).
+	 * relaxed: the acquire of the last rec_put orders every push before
+	 * this callback. */
+	{
+		struct fanout_pending *p = atomic_load_explicit(
+			&rec->pendings, memory_order_relaxed);
+
+		while (p) {
+			struct fanout_pending *next = p->next;
+
+			fanout__pending_put(p);
+			p = next;
+		}
+	}
 	fa_cache_free(&rec->e->blocks, rec, rec->alloc_size);
 	/* TSan edge: this callback's use of the engine happens before the
 	 * rcu_barrier() in fanout_destroy() returns (see annotate.h). */
@@ -120,6 +134,9 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 				 const struct fanout_batch *b, unsigned depth,
 				 bool background, unsigned nrunners)
 {
+	/* Head fields the memset below leaves 0/NULL/false: pendings,
+	 * deferring, npending, places, parked, ncompleted, has_kids,
+	 * parent_id, deadline, dl_next; the caller sets what it needs. */
 	unsigned n = b->ntasks, i;
 	size_t strings = str_size(b->context) + str_size(b->session_key);
 	size_t head = sizeof(struct record) + n * sizeof(struct fanout_result);
@@ -169,6 +186,8 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	rec->session_key =
 		copy_str(&area, b->session_key, str_size(b->session_key));
 	rec->user = b->user;
+	rec->join = b->join;
+	rec->quorum = b->join == FANOUT_JOIN_ANY ? 1 : b->quorum;
 	atomic_init(&rec->claim, 0);
 	atomic_init(&rec->remaining, n);
 	atomic_init(&rec->cancel, 0);

@@ -170,11 +170,15 @@ static void snapshot(const struct record *rec, struct fanout_info *info)
 	info->depth = rec->depth;
 	info->background = rec->background;
 	info->user = rec->user;
-	/* relaxed: a flag for display; nothing is read through it.  Bits
-	 * set after CANCEL_FINAL belong to a cancel that got -EALREADY. */
+	info->session_key = rec->session_key;
+	/* relaxed: flags and figures for display; nothing is read through
+	 * them.  Bits set after CANCEL_FINAL belong to a cancel that got
+	 * -EALREADY (the FINISHED branch below reads the event's instead). */
 	info->cancelled =
 		(atomic_load_explicit(&rec->cancel, memory_order_relaxed) &
-		 ~CANCEL_FINAL) != 0;
+		 CANCEL_BY_CALLER) != 0;
+	info->npending =
+		atomic_load_explicit(&rec->npending, memory_order_relaxed);
 	/* acquire: pairs with the release store of FINISHED in finalise. */
 	if (atomic_load_explicit(&rec->state, memory_order_acquire) ==
 	    REC_FINISHED) {

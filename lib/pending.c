@@ -1,0 +1,328 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pending.c - children that finish later: fanout_defer, fanout_complete,
+ * on_cancel callbacks, abandoning.
+ *
+ * WHY IT IS CORRECT
+ *
+ * Finishing.  A pending child is finished by exactly one of: its completer
+ * (fanout_complete), an abandoner (fanout__pendings_cancel with ABANDON:
+ * fanout_cancel, the deadline, a join policy, shutdown, the cancel tree),
+ * or fanout_defer itself when it finds ABANDON already set after pushing.
+ * Each does CAS(state, s, s | PEND_DONE) from a state without PEND_DONE;
+ * the CAS's total order gives one winner.  The winner writes the child's
+ * result slot, gives its max_children place back and subtracts 1 from the
+ * join (join.c), in that order, so the record cannot finish before the
+ * slot is written.  Losers write nothing; the completer returns -EALREADY.
+ * (tests/models/pending_finish.pml checks this race.)
+ *
+ * Push against abandon.  fanout_defer pushes p onto the record's list
+ * (seq_cst CAS) and then loads `cancel` (seq_cst); an abandoner sets the
+ * cancel bits (seq_cst fetch_or in fanout__cancel_rec) and then loads the
+ * list head (seq_cst).  Store-buffering with seq_cst on both sides: at
+ * least one sees the other, so no pending child escapes an abandon.
+ *
+ * Callbacks.  Registering claims PEND_CBW (one registrant), writes cb and
+ * cb_arg, sets PEND_CB (seq_cst RMW) and then loads `cancel` (seq_cst); an
+ * interrupter sets the cancel bits and then loads each p's state (seq_cst).
+ * Again at least one sees the other; whoever does claims PEND_RUN by CAS,
+ * only while PEND_DONE is clear, and runs the callback: at most once, and
+ * never for a child already finished when it was claimed.
+ *
+ * Lifetime.  refs = 2: the record's (put when the record is freed after a
+ * grace period, rec_free_rcu in record.c) and the completer's (put by
+ * fanout_complete whatever it returns).  The record is read through p only
+ * by a finisher that won the CAS (the record cannot finish before its
+ * subtraction), or inside an RCU read section after seeing PEND_DONE clear
+ * (the record cannot be freed before that section ends).  So p outlives
+ * both the record and every walker of its list, and a completer that
+ * comes after the record and even the engine are gone touches neither.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#define MAX_TEXT (16u << 20)
+#define PEND_CBW 0x8u /* a registration is under way (cb being written) */
+
+void fanout__pending_put(struct fanout_pending *p)
+{
+	/* release on the decrement, acquire before the free (refcount.h). */
+	if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) == 1)
+		fanout__free_small(p, sizeof(*p));
+}
+
+/* Claim the right to finish @p; exactly one caller gets true. */
+static bool try_finish(struct fanout_pending *p)
+{
+	uint32_t s = atomic_load_explicit(&p->state, memory_order_relaxed);
+
+	/* acq_rel: the winner sees what the registrant and the child wrote
+	 * before their own RMWs on `state`; the losers publish nothing. */
+	do {
+		if (s & PEND_DONE)
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(
+		&p->state, &s, s | PEND_DONE, memory_order_acq_rel,
+		memory_order_relaxed));
+	return true;
+}
+
+/* The winner's tail: count, give the place back, apply the join policy,
+ * and hand the child to the join (which may finalise the record). */
+static void finish_tail(struct record *rec, enum fanout_status st)
+{
+	/* relaxed: a figure for lookup. */
+	atomic_fetch_sub_explicit(&rec->npending, 1, memory_order_relaxed);
+	fanout__give_place(rec);
+	if (rec->join != FANOUT_JOIN_ALL)
+		fanout__after_child(rec, st);
+	fanout__join_sub(rec, 1);
+}
+
+/* The library finishes @p as interrupted (abandon). */
+static void abandon(struct fanout_pending *p, uint32_t cancel)
+{
+	struct record *rec;
+	struct fanout_result *r;
+
+	if (!try_finish(p))
+		return;
+	rec = p->rec;
+	r = &rec->results[p->index];
+	if (rec->owned[p->index] & OWN_ERROR) {
+		fanout__str_free(r->error);
+		rec->owned[p->index] = 0;
+	}
+	r->code = fanout__interrupt_code(cancel);
+	r->status = FANOUT_INTERRUPTED;
+	r->error = cancel & CANCEL_TIMEDOUT ?
+			   "abandoned: the delegation's deadline passed" :
+			   "abandoned: the delegation was interrupted";
+	r->duration_ns = fq_cycles_to_ns(fq_cycles() - p->t0);
+	fanout__cost_add(rec, r->cost);
+	finish_tail(rec, FANOUT_INTERRUPTED);
+}
+
+/* Run @p's callback if one is registered and nobody ran it yet. */
+static void maybe_run_cb(struct fanout_pending *p)
+{
+	/* seq_cst: the load of the "Callbacks" pair. */
+	uint32_t s = atomic_load_explicit(&p->state, memory_order_seq_cst);
+
+	while ((s & PEND_CB) && !(s & (PEND_RUN | PEND_DONE))) {
+		/* acquire: sees cb/cb_arg, written before PEND_CB was set. */
+		if (atomic_compare_exchange_weak_explicit(
+			    &p->state, &s, s | PEND_RUN, memory_order_acq_rel,
+			    memory_order_relaxed)) {
+			p->cb(p, p->cb_arg);
+			return;
+		}
+	}
+}
+
+void fanout__pendings_cancel(struct record *rec, uint32_t cancel)
+{
+	struct fanout_pending *p;
+
+	/* seq_cst: the load of the "Push against abandon" pair; also an
+	 * acquire of every push, so each p's fields and `next` are seen. */
+	for (p = atomic_load_explicit(&rec->pendings, memory_order_seq_cst); p;
+	     p = p->next) {
+		maybe_run_cb(p);
+		if (cancel & FANOUT_CANCEL_ABANDON)
+			abandon(p, cancel);
+	}
+}
+
+struct fanout_pending *fanout_defer(struct fanout_child *c)
+{
+	struct fanout_pending *p, *head;
+	struct record *rec;
+	uint32_t cancel;
+
+	if (!c || c->pending) {
+		errno = EINVAL;
+		return NULL;
+	}
+	rec = c->rec;
+	p = fanout__alloc_small(sizeof(*p));
+	if (!p) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	p->rec = rec;
+	p->id = rec->id;
+	p->index = c->index;
+	p->t0 = c->t0;
+	p->cb = NULL;
+	p->cb_arg = NULL;
+	atomic_init(&p->state, 0);
+	atomic_init(&p->refs, 2);
+	c->pending = p;
+	/* relaxed (all three): the place and the count are RMWs whose order
+	 * alone matters; `deferring` is a mode hint for the runners. */
+	if (!c->placed)
+		atomic_fetch_add_explicit(&rec->places, 1,
+					  memory_order_relaxed);
+	atomic_fetch_add_explicit(&rec->npending, 1, memory_order_relaxed);
+	if (!atomic_load_explicit(&rec->deferring, memory_order_relaxed))
+		atomic_store_explicit(&rec->deferring, true,
+				      memory_order_relaxed);
+	head = atomic_load_explicit(&rec->pendings, memory_order_relaxed);
+	do {
+		p->next = head;
+		/* seq_cst: the store of the "Push against abandon" pair, and
+		 * the release that publishes p to the list's walkers. */
+	} while (!atomic_compare_exchange_weak_explicit(&rec->pendings, &head,
+							p, memory_order_seq_cst,
+							memory_order_relaxed));
+	cancel = atomic_load_explicit(&rec->cancel, memory_order_seq_cst);
+	if ((cancel & FANOUT_CANCEL_ABANDON) && !(cancel & CANCEL_FINAL))
+		abandon(p, cancel);
+	return p;
+}
+
+static bool bad_outcome(const struct fanout_outcome *o)
+{
+	return o->code == -EINPROGRESS || !isfinite(o->cost) || o->cost < 0 ||
+	       (!o->summary && o->summary_len) || o->summary_len > MAX_TEXT ||
+	       (o->error && strnlen(o->error, MAX_TEXT + 1) > MAX_TEXT);
+}
+
+int fanout_complete(struct fanout_pending *p, const struct fanout_outcome *o)
+{
+	static const struct fanout_outcome nothing;
+	struct fanout_result *r;
+	struct record *rec;
+	char *sum = NULL, *err = NULL;
+	enum fanout_status st;
+	int code, ret = 0;
+
+	if (!p)
+		return -EINVAL;
+	if (!o)
+		o = &nothing;
+	if (bad_outcome(o))
+		return -EINVAL;
+	/* acquire: a finished child's record may be gone; do not copy. */
+	if (atomic_load_explicit(&p->state, memory_order_acquire) & PEND_DONE) {
+		fanout__pending_put(p);
+		return -EALREADY;
+	}
+	code = o->code;
+	if (o->summary)
+		sum = fanout__str_dup(o->summary, o->summary_len);
+	if (code && o->error)
+		err = fanout__str_dup(o->error, strlen(o->error));
+	if ((o->summary && !sum) || (code && o->error && !err)) {
+		fanout__str_free(sum);
+		fanout__str_free(err);
+		sum = err = NULL;
+		code = ret = -ENOMEM;
+	}
+	if (!try_finish(p)) {
+		fanout__str_free(sum);
+		fanout__str_free(err);
+		fanout__pending_put(p);
+		return -EALREADY;
+	}
+	rec = p->rec;
+	r = &rec->results[p->index];
+	/* The outcome replaces what the child set before deferring. */
+	fanout__str_free(r->summary);
+	r->summary = sum;
+	if (rec->owned[p->index] & OWN_ERROR)
+		fanout__str_free(r->error);
+	r->error = err;
+	rec->owned[p->index] = err ? OWN_ERROR : 0;
+	if (sum || err)
+		fanout__mark_strings(rec);
+	r->cost = o->cost;
+	fanout__cost_add(rec, o->cost);
+	r->duration_ns = fq_cycles_to_ns(fq_cycles() - p->t0);
+	st = fanout__set_outcome(rec, p->index, r, code);
+	finish_tail(rec, st);
+	fanout__pending_put(p);
+	return ret;
+}
+
+int fanout_pending_on_cancel(struct fanout_pending *p,
+			     void (*fn)(struct fanout_pending *p, void *arg),
+			     void *arg)
+{
+	uint32_t s, cancel;
+	bool run = false;
+
+	if (!p || !fn)
+		return -EINVAL;
+	s = atomic_load_explicit(&p->state, memory_order_relaxed);
+	/* relaxed on success: only this registrant writes cb until it sets
+	 * PEND_CB (below, with release). */
+	do {
+		if (s & PEND_DONE)
+			return -EALREADY;
+		if (s & (PEND_CBW | PEND_CB))
+			return -EBUSY;
+	} while (!atomic_compare_exchange_weak_explicit(
+		&p->state, &s, s | PEND_CBW, memory_order_relaxed,
+		memory_order_relaxed));
+	p->cb = fn;
+	p->cb_arg = arg;
+	fanout__read_lock();
+	/* seq_cst: the store of the "Callbacks" pair, and the release of
+	 * cb/cb_arg to whoever claims PEND_RUN. */
+	s = atomic_fetch_or_explicit(&p->state, PEND_CB, memory_order_seq_cst);
+	if (s & PEND_DONE) {
+		fanout__read_unlock();
+		return -EALREADY; /* finished meanwhile: fn will not run */
+	}
+	/* The child was not finished at the RMW above, so its record is not
+	 * freed before we unlock. */
+	cancel = atomic_load_explicit(&p->rec->cancel, memory_order_seq_cst);
+	if (cancel & FANOUT_CANCEL_INTERRUPT) {
+		s |= PEND_CB;
+		while (!(s & (PEND_RUN | PEND_DONE)) &&
+		       !atomic_compare_exchange_weak_explicit(
+			       &p->state, &s, s | PEND_RUN,
+			       memory_order_acq_rel, memory_order_relaxed))
+			;
+		run = !(s & (PEND_RUN | PEND_DONE));
+	}
+	fanout__read_unlock();
+	if (run)
+		fn(p, arg);
+	return 0;
+}
+
+bool fanout_pending_interrupted(const struct fanout_pending *p)
+{
+	bool v;
+
+	if (!p)
+		return false;
+	fanout__read_lock();
+	/* acquire: pairs with the finisher's CAS.  A child finished by the
+	 * library was abandoned, i.e. interrupted; otherwise its record is
+	 * alive until we unlock. */
+	if (atomic_load_explicit(&p->state, memory_order_acquire) & PEND_DONE)
+		v = true;
+	else /* acquire: pairs with the canceller's fetch_or. */
+		v = atomic_load_explicit(&p->rec->cancel,
+					 memory_order_acquire) &
+		    FANOUT_CANCEL_INTERRUPT;
+	fanout__read_unlock();
+	return v;
+}
+
+unsigned fanout_pending_index(const struct fanout_pending *p)
+{
+	return p ? p->index : 0;
+}
+
+fanout_id fanout_pending_id(const struct fanout_pending *p)
+{
+	return p ? p->id : 0;
+}

@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tree.c - the cancel tree across engines, and cancelling a session.
+ *
+ * WHY IT IS CORRECT
+ *
+ * Links.  A delegation started from inside a child (or with
+ * fanout_batch.within) stores its parent record's id in `parent_id`, and
+ * marks the parent `has_kids`.  No pointer goes from parent to child or
+ * back, so no lifetime ties records of different engines together.
+ *
+ * Walk.  Interrupting a record R that has kids scans the records of every
+ * engine for those whose parent_id is R's id, and interrupts each (which
+ * walks on from there if it has kids of its own).  A cold path: its cost is
+ * the number of records in the tables, paid only by records whose children
+ * started delegations.
+ *
+ * Tree.  A kid inserted while its parent is being interrupted is not
+ * missed: the kid's dispatch stores has_kids, inserts, issues a seq_cst
+ * fence and loads the parent's cancel word (deleg.c, recheck); the
+ * interrupter sets the cancel bits (seq_cst RMW), issues a seq_cst fence,
+ * then loads has_kids and scans.  Either the kid's load sees the bits (it
+ * interrupts itself) or the interrupter's fence comes after the kid's in
+ * the single total order, so it sees has_kids and the inserted record.
+ *
+ * Engines.  Every engine is on one RCU list.  Walkers read it under
+ * rcu_read_lock; create adds and destroy removes with the list mutex held,
+ * and destroy waits for a grace period (synchronize_rcu) before it frees
+ * the engine's table.  The mutex is the one lock in lib/: a cold path
+ * (engine create and destroy only), needed because liburcu's RCU list
+ * allows one writer at a time; no reader takes it.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+static CDS_LIST_HEAD(engines);
+/* Writers of `engines` only (fanout_create/fanout_destroy): see above. */
+static pthread_mutex_t engines_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void fanout__engines_add(struct fanout_engine *e)
+{
+	pthread_mutex_lock(&engines_lock);
+	cds_list_add_rcu(&e->engines_node, &engines);
+	pthread_mutex_unlock(&engines_lock);
+}
+
+void fanout__engines_del(struct fanout_engine *e)
+{
+	pthread_mutex_lock(&engines_lock);
+	cds_list_del_rcu(&e->engines_node);
+	pthread_mutex_unlock(&engines_lock);
+	synchronize_rcu(); /* no walker still reads e's table */
+}
+
+struct kid_scan {
+	fanout_id parent;
+	unsigned how;
+};
+
+static void cancel_kid(struct record *rec, void *arg)
+{
+	const struct kid_scan *k = arg;
+
+	if (rec->parent_id == k->parent)
+		fanout__cancel_rec(rec, k->how);
+}
+
+void fanout__tree_cancel(struct record *rec, unsigned how)
+{
+	struct kid_scan k = {.parent = rec->id, .how = how | CANCEL_TREE};
+	struct fanout_engine *e;
+
+	/* seq_cst fence: the interrupter's half of "Tree" (after the
+	 * fetch_or in fanout__cancel_rec, before the load of has_kids). */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!atomic_load_explicit(&rec->has_kids, memory_order_relaxed))
+		return;
+	fanout__read_lock();
+	cds_list_for_each_entry_rcu(e, &engines, engines_node)
+		fanout__table_for_each(e, cancel_kid, &k);
+	fanout__read_unlock();
+}
+
+struct session_scan {
+	const char *key;
+	unsigned how;
+	size_t n;
+};
+
+static void cancel_session_rec(struct record *rec, void *arg)
+{
+	struct session_scan *s = arg;
+
+	if (rec->session_key && strcmp(rec->session_key, s->key) == 0 &&
+	    fanout__cancel_rec(rec, s->how) == 0)
+		s->n++;
+}
+
+int fanout_cancel_session(struct fanout_engine *e, const char *session_key,
+			  unsigned how, size_t *n)
+{
+	struct session_scan s = {.key = session_key, .how = how | CANCEL_USER};
+
+	if (!e || !session_key || !how || (how & ~CANCEL_HOW_MASK) ||
+	    ((how & FANOUT_CANCEL_ABANDON) && !(how & FANOUT_CANCEL_INTERRUPT)))
+		return -EINVAL;
+	fanout__table_for_each(e, cancel_session_rec, &s);
+	if (n)
+		*n = s.n;
+	return 0;
+}
