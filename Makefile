@@ -49,7 +49,7 @@ VARIANTS  := plain asan tsan
 # Per-test timeout (seconds) so a hang fails instead of eating CI's time.
 TEST_TIMEOUT ?= 300
 
-.PHONY: all run test deps clean install uninstall check-install bench test-dlopen \
+.PHONY: all run test deps clean install uninstall check-install bench test-dlopen python-test \
 	$(addprefix test-,$(VARIANTS)) $(addprefix lib-,$(VARIANTS))
 
 all: build/plain/libfanout.a build/plain/libfanout.so
@@ -102,6 +102,14 @@ build/plain/tests/dlopen_host: tests/dlopen_host.c include/fanout.h | deps-ok
 test-dlopen: build/plain/tests/dlopen_host build/plain/libfanout.so
 	build/plain/tests/dlopen_host build/plain/libfanout.so
 
+# The Python package (python/): pip install ./python into a throwaway venv,
+# offline, then its unittest suite.  PYTHON=... picks the interpreter.
+PY_DEPS := python3 python3-dev python3-cffi python3-venv python3-pip \
+	python3-setuptools
+python-test: deps
+	@sh scripts/deps.sh $(PY_DEPS)
+	@sh scripts/python-test.sh $(PYTHON)
+
 .PHONY: deps-ok
 deps-ok:
 	@sh scripts/deps.sh
@@ -120,11 +128,12 @@ test: deps
 	$(MAKE) --no-print-directory test-plain
 	$(MAKE) --no-print-directory check-install
 	$(MAKE) --no-print-directory test-dlopen
+	$(MAKE) --no-print-directory python-test
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-tsan
 	$(if $(strip $(EXTRA_TESTS)),$(MAKE) --no-print-directory $(EXTRA_TESTS))
-	@echo "make test: all suites passed (plain, asan+ubsan, tsan, install, torture)"
-	@cat $(addsuffix /test-counts,$(addprefix build/,$(VARIANTS))) | \
+	@echo "make test: all suites passed (plain, asan+ubsan, tsan, install, dlopen, python, torture)"
+	@cat $(addsuffix /test-counts,$(addprefix build/,$(VARIANTS) python)) | \
 		awk '{p += $$1; f += $$2} END {printf "tests: %d passed, %d failed\n", p, f}'
 
 # Install into a scratch DESTDIR and build a program against it through

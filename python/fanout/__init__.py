@@ -163,18 +163,20 @@ def c_child(library, symbol):
     return CChild(p, f"{library}:{symbol}")
 
 
+# (ffi.addressof: a function pointer with every cffi version)
 _BUILTIN = {
-    "noop": lib.pyfo_child_noop,      # arg: None
-    "spin": lib.pyfo_child_spin,      # arg: builtin_ns(ns): busy-wait
-    "sleep": lib.pyfo_child_sleep,    # arg: builtin_ns(ns): sleep, 1 ms steps
-    "tick": lib.pyfo_child_tick,      # arg: Counter(): bump until stopped
+    "noop": "pyfo_child_noop",    # arg: None
+    "spin": "pyfo_child_spin",    # arg: nanoseconds(ns): busy-wait
+    "sleep": "pyfo_child_sleep",  # arg: nanoseconds(ns): sleep, 1 ms steps
+    "tick": "pyfo_child_tick",    # arg: Counter(): bump until stopped
 }
+_DEFER_FN = ffi.cast("fanout_fn", ffi.addressof(lib, "pyfo_defer_child"))
 
 
 def builtin(name):
     """A C child compiled into this package: "noop", "spin", "sleep" (arg:
     fanout.nanoseconds(ns)) or "tick" (arg: a fanout.Counter)."""
-    return CChild(_BUILTIN[name], name)
+    return CChild(ffi.addressof(lib, _BUILTIN[name]), name)
 
 
 def nanoseconds(ns):
@@ -653,7 +655,7 @@ class Engine:
                     pyb.g = self._glue
                     pyb.token = token
                     keep.append(pyb)
-                ctasks[i].fn = ffi.cast("fanout_fn", lib.pyfo_defer_child)
+                ctasks[i].fn = _DEFER_FN
                 ctasks[i].arg = pyb
         cb = ffi.new("struct fanout_batch *")
         cb.tasks = ctasks
@@ -788,7 +790,7 @@ class Engine:
         if self._e is None:
             return False
         how = lib.FANOUT_CANCEL_PENDING
-        if interrupt:
+        if interrupt or abandon:  # ABANDON goes only with INTERRUPT
             how |= lib.FANOUT_CANCEL_INTERRUPT
         if abandon:
             how |= _ABANDON
@@ -810,7 +812,7 @@ class Engine:
             raise NotImplementedError("fanout_cancel_session is missing "
                                       "from this build of the library")
         how = lib.FANOUT_CANCEL_PENDING
-        if interrupt:
+        if interrupt or abandon:
             how |= lib.FANOUT_CANCEL_INTERRUPT
         if abandon:
             how |= _ABANDON
