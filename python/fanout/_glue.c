@@ -252,7 +252,13 @@ int pyfo_take(struct pyfo_glue *g, struct pyfo_start *starts, size_t *nstarts,
 		return -errno;
 	*nstarts = take_from(&g->starts, &g->start_left, starts, cap);
 	*ncancels = take_from(&g->cancels, &g->cancel_left, cancels, cap);
-	more = g->start_left || g->cancel_left;
+	/* The stacks are taken only once what was left is used up, and the
+	 * read above consumed the wakeup of any push onto an empty stack
+	 * since then: look at them too, or that push is never seen. */
+	more = g->start_left || g->cancel_left ||
+	       /* relaxed: only a look; the exchange next call acquires. */
+	       atomic_load_explicit(&g->starts, memory_order_relaxed) ||
+	       atomic_load_explicit(&g->cancels, memory_order_relaxed);
 	if (more)
 		wake(g); /* keep the fd readable for the rest */
 	/* relaxed: set before the eventfd write we just consumed. */

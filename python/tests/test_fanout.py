@@ -433,6 +433,24 @@ class TestLifetime(unittest.IsolatedAsyncioTestCase):
         self.assertTrue(all(v == 1 for v in runs.values()))
 
 
+class TestWakeups(Base):
+    async def test_more_starts_than_one_take_holds(self):
+        # 20 x 100 children defer at once: more than pyfo_take() returns
+        # per call (256), so pushes land while the rest is handed out.
+        # A wakeup consumed then must not strand the stack (it did).
+        eng = await self.engine(max_async=64)
+
+        async def noop():
+            return None
+
+        for _ in range(3):
+            hs = [eng.dispatch([fanout.Task("n", noop) for _ in range(100)])
+                  for _ in range(20)]
+            evs = await asyncio.wait_for(asyncio.gather(*hs), LONG)
+            self.assertTrue(all(e.ncompleted == 100 for e in evs))
+        self.assertClean(eng)
+
+
 class TestGil(Base):
     async def test_a_child_holding_the_gil_never_stalls_c_workers(self):
         eng = await self.engine()
