@@ -457,7 +457,7 @@ class Handle:
 
 class _Batch:
     __slots__ = ("token", "tasks", "cbatch", "keep", "fut", "sink",
-                 "nstarted")
+                 "nstarted", "awaited")
 
     def __init__(self, token, tasks):
         self.token = token
@@ -467,6 +467,7 @@ class _Batch:
         self.fut = None
         self.sink = None
         self.nstarted = 0
+        self.awaited = False  # gather(): the event goes to its caller only
 
 
 class Sink:
@@ -712,14 +713,16 @@ class Engine:
                         f"a Counter or a cffi pointer, not {type(a)}")
 
     def dispatch(self, tasks, context=None, session_key=None, deadline=None,
-                 join="all", quorum=None, sink=None):
+                 join="all", quorum=None, sink=None, _awaited=False):
         """Start a background delegation; returns a Handle at once.  Raises
         BusyError at max_async (the message names the limit), OSError for
-        other refusals (nothing was started then)."""
+        other refusals (nothing was started then).  Its event resolves the
+        handle, and is also yielded by events() of its sink."""
         self._check_open()
         b = self._make_batch(tasks, context, session_key, deadline, join,
                              quorum, sink)
         idp = ffi.new("fanout_id *")
+        b.awaited = _awaited
         self._batches[b.token] = b
         rc = lib.fanout_dispatch(self._e, b.cbatch, idp)
         if rc:
@@ -730,12 +733,13 @@ class Engine:
 
     async def gather(self, tasks, context=None, session_key=None,
                      deadline=None, join="all", quorum=None, sink=None):
-        """dispatch() and await the one event.  Cancelling the awaiting
-        task cancels the delegation (and, inside a child, it belongs to the
-        child's cancel tree)."""
+        """dispatch() and await the one event, which goes to this caller
+        only (not to events()).  Cancelling the awaiting task cancels the
+        delegation (and, inside a child, it belongs to the child's cancel
+        tree)."""
         h = self.dispatch(tasks, context=context, session_key=session_key,
                           deadline=deadline, join=join, quorum=quorum,
-                          sink=sink)
+                          sink=sink, _awaited=True)
         try:
             return await asyncio.shield(h._fut)
         except asyncio.CancelledError:
@@ -903,7 +907,7 @@ class Engine:
                 self.duplicate_events += 1
             else:
                 b.fut.set_result(ev)
-            if s._queue is not None:
+            if s._queue is not None and not (b is not None and b.awaited):
                 s._queue.put_nowait(ev)
 
     # -- Python children
