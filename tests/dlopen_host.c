@@ -90,8 +90,8 @@ static int child(struct fanout_child *c, void *arg)
 	(void)arg;
 	if (fo.current_child() != c)
 		return -EPROTO;
-	n = snprintf(buf, sizeof(buf), "child %u depth %u",
-		     fo.child_index(c), fo.child_depth(c));
+	n = snprintf(buf, sizeof(buf), "child %u depth %u", fo.child_index(c),
+		     fo.child_depth(c));
 	return fo.set_summary(c, buf, (size_t)n);
 }
 
@@ -108,10 +108,10 @@ static int nesting_child(struct fanout_child *c, void *arg)
 	if (rc)
 		return rc;
 	rc = ev->status == FANOUT_COMPLETED && ev->results[0].summary &&
-			     strcmp(ev->results[0].summary, "child 0 depth 2") ==
-				     0
-		     ? 0
-		     : -EPROTO;
+			     strcmp(ev->results[0].summary,
+				    "child 0 depth 2") == 0 ?
+		     0 :
+		     -EPROTO;
 	fo.event_free(ev);
 	return rc;
 }

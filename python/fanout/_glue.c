@@ -77,12 +77,10 @@ static void wake(struct pyfo_glue *g)
 	/* EAGAIN: the counter is saturated, so the fd is readable anyway. */
 }
 
-static __attribute__((unused)) void push(struct pyfo_glue *g,
-					 _Atomic(struct pyfo_node *) *top,
-		 struct pyfo_node *n)
+static __attribute__((unused)) void
+push(struct pyfo_glue *g, _Atomic(struct pyfo_node *) *top, struct pyfo_node *n)
 {
-	struct pyfo_node *old =
-		atomic_load_explicit(top, memory_order_relaxed);
+	struct pyfo_node *old = atomic_load_explicit(top, memory_order_relaxed);
 
 	/* release: pairs with the acquire exchange in take_all(), so the
 	 * node's fields are visible to the loop. */
