@@ -4,6 +4,8 @@
 # Exit 0 when everything is present (or was installed), 1 otherwise.
 set -u
 need="liburcu-dev libck-dev libjemalloc-dev libcmocka-dev pkg-config gcc make libc6-dev"
+# The Python package (python/, make python-test): cffi, headers, a venv.
+need="$need python3 python3-dev python3-cffi python3-venv python3-pip python3-setuptools"
 missing=""
 for p in $need "$@"; do
 	if ! dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'install ok installed'; then
