@@ -1030,6 +1030,8 @@ def _exc_text(e):
 
 
 def _exc_code(e):
+    if isinstance(e, asyncio.CancelledError):
+        return -_errno.ECANCELED  # a child that gave up: interrupted
     if isinstance(e, OSError) and e.errno and e.errno != _errno.ECANCELED:
         return -e.errno
     return -_errno.EIO

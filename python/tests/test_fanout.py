@@ -168,6 +168,25 @@ class TestCancel(Base):
         self.assertFalse(h.cancel())  # finished: nothing to cancel
         self.assertIs(await h, ev)    # awaiting again gives the same event
 
+    async def test_thread_child_sees_interrupted(self):
+        eng = await self.engine()
+        started = threading.Event()
+
+        def polls():
+            started.set()
+            for _ in range(int(LONG * 1000)):
+                if fanout.current().interrupted:
+                    raise asyncio.CancelledError()  # reported interrupted
+                threading.Event().wait(0.001)
+            return "never interrupted"
+
+        h = eng.dispatch([fanout.Task("p", polls)])
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        h.cancel()
+        ev = await asyncio.wait_for(h, LONG)
+        self.assertEqual(ev.results[0].status, "interrupted")
+
     async def test_asyncio_cancellation_inside_a_child_is_interrupted(self):
         eng = await self.engine()
 
