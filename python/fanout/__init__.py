@@ -933,8 +933,10 @@ class Engine:
     def _start(self, p, token, id, index):
         b = self._batches.get(token)
         if b is None:
-            # Cannot happen: a batch stays registered until its event is
-            # in, which needs this child finished.  Finish it anyway.
+            # Its event is in already: the delegation was abandoned
+            # (deadline, cancel with abandon, policy) after this child
+            # deferred, and the sink was read before this note.  The
+            # library finished the child; this releases p (-EALREADY).
             o = ffi.new("struct fanout_outcome *")
             o.code = -_errno.EPROTO
             lib.fanout_complete(p, o)
