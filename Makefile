@@ -19,7 +19,10 @@ DESTDIR    ?=
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 CC         ?= cc
-VERSION    := 0.1.0
+LDFLAGS    ?=
+# The version is written once, in include/fanout.h.
+fanout_version_part = $(shell sed -n 's/^\#define FANOUT_VERSION_$(1) *//p' include/fanout.h)
+VERSION    := $(call fanout_version_part,MAJOR).$(call fanout_version_part,MINOR).$(call fanout_version_part,PATCH)
 
 DEP_LIBS   := -lurcu-bp -lurcu-cds -lurcu-common -lck -lpthread -lm
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -g -fPIC -fvisibility=hidden \
@@ -41,31 +44,46 @@ CFLAGS_tsan  := -O1 -fno-omit-frame-pointer -fsanitize=thread \
 LIBS_tsan    := -fsanitize=thread
 
 LIB_SRC   := $(sort $(wildcard queue/*.c lib/*.c))
+# What is installed leaves out the test hooks (include/fanout_testing.h),
+# which only build/<variant>/libfanout.a, the archive the tests link, has.
+DIST_SRC  := $(filter-out lib/testing.c,$(LIB_SRC))
+DIST_OBJ  := $(patsubst %.c,build/plain/obj/%.o,$(DIST_SRC))
+DIST_PIC_OBJ := $(patsubst %.c,build/plain/obj-pic/%.o,$(DIST_SRC))
 LIB_HDR   := $(wildcard include/*.h queue/*.h lib/*.h)
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_NAMES := $(patsubst tests/%.c,%,$(TEST_SRC))
 VARIANTS  := plain asan tsan
 
+# Extra libraries of one suite, TEST_LIBS_<name> (tests only, never the
+# library): test_format checks its JSON with jansson.
+TEST_LIBS_test_format := -ljansson
+
 # Per-test timeout (seconds) so a hang fails instead of eating CI's time.
 TEST_TIMEOUT ?= 300
 
-.PHONY: all run test deps clean install uninstall check-install bench test-dlopen python-test \
+.PHONY: all run test deps clean install uninstall check-install check-probes bench \
+	test-dlopen python-test \
 	$(addprefix test-,$(VARIANTS)) $(addprefix lib-,$(VARIANTS))
 
-all: build/plain/libfanout.a build/plain/libfanout.so
+all: build/plain/libfanout.a build/plain/libfanout.so build/plain/dist/libfanout.a
 
+# Only `make run`, `make test` and the bench targets check the Debian
+# packages first (scripts/deps.sh, which may call dpkg and apt-get); `make
+# all` and everything else just build with whatever the compiler finds.
 deps:
 	@sh scripts/deps.sh
+DEPS_FIRST := $(if $(filter run test bench bench-quick,$(MAKECMDGOALS)),deps)
 
 # ------------------------------------------------------------------ library
 define variant_rules
-build/$(1)/obj/%.o: %.c $(LIB_HDR) | deps-ok
+build/$(1)/obj/%.o: %.c $(LIB_HDR) | $(DEPS_FIRST)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(BASE_CFLAGS) $$(CFLAGS_$(1)) $$(EXTRA_CFLAGS) -c $$< -o $$@
 
 # One relocatable object, with every other symbol made local: only the
-# public fanout_* API stays global in the archive (the bundled jemalloc's
-# malloc, free, mallocx... included: they serve fanout alone).
+# public fanout_* API (and, in this archive, the fanout_test_* hooks the
+# tests use) stays global - the bundled jemalloc's malloc, free,
+# mallocx... included: they serve fanout alone.
 build/$(1)/libfanout.a: $(patsubst %.c,build/$(1)/obj/%.o,$(LIB_SRC))
 	@mkdir -p $$(dir $$@)
 	ld -r -o build/$(1)/fanout-all.o $$^ $$(BUNDLE_$(1))
@@ -78,24 +96,40 @@ lib-$(1): build/$(1)/libfanout.a
 build/$(1)/tests/%: tests/%.c tests/common.h build/$(1)/libfanout.a
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(BASE_CFLAGS) $$(CFLAGS_$(1)) $$(EXTRA_CFLAGS) $$< -o $$@ \
-		build/$(1)/libfanout.a -lcmocka $$(DEP_LIBS) $$(LIBS_$(1))
+		build/$(1)/libfanout.a -lcmocka $$(TEST_LIBS_$$*) $$(DEP_LIBS) \
+		$$(LIBS_$(1))
 
 test-$(1): $(addprefix build/$(1)/tests/,$(TEST_NAMES))
 	@sh scripts/run-tests.sh $(1) $(TEST_TIMEOUT) $$^
 endef
 $(foreach v,$(VARIANTS),$(eval $(call variant_rules,$(v))))
 
-build/plain/obj-pic/%.o: %.c $(LIB_HDR) | deps-ok
+# The installed archive: the same, without the test hooks.
+build/plain/dist/libfanout.a: $(DIST_OBJ)
+	@mkdir -p $(dir $@)
+	ld -r -o build/plain/dist/fanout-all.o $^ $(BUNDLE_plain)
+	objcopy --localize-hidden --wildcard --keep-global-symbol='fanout_*' \
+		build/plain/dist/fanout-all.o
+	rm -f $@ && ar rcs $@ build/plain/dist/fanout-all.o
+
+# Exports exactly the FANOUT_API functions of include/fanout.h.
+build/fanout.map: include/fanout.h scripts/public-symbols.sh
+	@mkdir -p $(dir $@)
+	sh scripts/public-symbols.sh --map include/fanout.h > $@
+
+build/plain/obj-pic/%.o: %.c $(LIB_HDR) | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS_pic) $(EXTRA_CFLAGS) -c $< -o $@
 
-# No jemalloc and no initial-exec TLS: it must load with dlopen (the
-# Python package, ctypes, plugins) and leave the host's malloc alone.
-build/plain/libfanout.so: $(patsubst %.c,build/plain/obj-pic/%.o,$(LIB_SRC))
-	$(CC) -shared -Wl,-soname,libfanout.so.0 -Wl,-z,defs -o $@ $^ $(DEP_LIBS)
+# No jemalloc and no initial-exec TLS: it must load with dlopen (Python,
+# ctypes, plugins) and leave the host's malloc alone.
+build/plain/libfanout.so: $(DIST_PIC_OBJ) build/fanout.map
+	$(CC) -shared -Wl,-soname,libfanout.so.0 -Wl,-z,defs \
+		-Wl,--version-script=build/fanout.map -o $@ $(DIST_PIC_OBJ) \
+		$(LDFLAGS) $(DEP_LIBS)
 
 # libfanout.so dlopen()ed by a program that does not link fanout.
-build/plain/tests/dlopen_host: tests/dlopen_host.c include/fanout.h | deps-ok
+build/plain/tests/dlopen_host: tests/dlopen_host.c include/fanout.h | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) -O2 $< -o $@ -lcmocka -lpthread -ldl
 
@@ -110,10 +144,6 @@ python-test: deps
 	@sh scripts/deps.sh $(PY_DEPS)
 	@sh scripts/python-test.sh $(PYTHON)
 
-.PHONY: deps-ok
-deps-ok:
-	@sh scripts/deps.sh
-
 # -------------------------------------------------------------------- bench
 # bench/bench.mk defines `run` (the main job) and `bench` (longer sweeps).
 include bench/bench.mk
@@ -122,38 +152,51 @@ include bench/bench.mk
 EXTRA_TESTS :=
 -include tests/models/models.mk
 -include tests/extra.mk
+-include examples/examples.mk
 
 # --------------------------------------------------------------------- test
 test: deps
 	$(MAKE) --no-print-directory test-plain
 	$(MAKE) --no-print-directory check-install
+	$(MAKE) --no-print-directory check-probes
 	$(MAKE) --no-print-directory test-dlopen
 	$(MAKE) --no-print-directory python-test
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-tsan
 	$(if $(strip $(EXTRA_TESTS)),$(MAKE) --no-print-directory $(EXTRA_TESTS))
-	@echo "make test: all suites passed (plain, asan+ubsan, tsan, install, dlopen, python, torture)"
+	@echo "make test: all suites passed (plain, asan+ubsan, tsan, install, probes, dlopen, python, torture, examples)"
 	@cat $(addsuffix /test-counts,$(addprefix build/,$(VARIANTS) python)) | \
 		awk '{p += $$1; f += $$2} END {printf "tests: %d passed, %d failed\n", p, f}'
 
-# Install into a scratch DESTDIR and build a program against it through
-# pkg-config --static, as a user would.
+# Install into a scratch DESTDIR and build programs against it as a user
+# would: statically through pkg-config --static, dynamically with plain
+# -lfanout and through pkg-config --libs.
 check-install: all
 	@sh scripts/check-install.sh
 
+# The USDT probes of lib/probes.h are in the .a and .so, and fire (gdb).
+check-probes: all
+	@sh tests/check-probes.sh
+
 # ------------------------------------------------------------------ install
-fanout.pc: fanout.pc.in Makefile
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
-	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' \
-	    -e 's|@LIBS_PRIVATE@|$(DEP_LIBS)|' $< > $@
+# libdir and includedir are written relative to ${prefix} when they lie
+# under it, so the .pc file follows a relocated prefix.
+pc_rel = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+# Written at every install: it holds PREFIX, which may differ per call.
+.PHONY: FORCE
+fanout.pc: fanout.pc.in FORCE
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(call pc_rel,$(LIBDIR))|' \
+	    -e 's|@INCLUDEDIR@|$(call pc_rel,$(INCLUDEDIR))|' \
+	    -e 's|@VERSION@|$(VERSION)|' $< > $@
 
 install: all fanout.pc
 	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig
 	install -m 644 include/fanout.h $(DESTDIR)$(INCLUDEDIR)/fanout.h
-	install -m 644 build/plain/libfanout.a $(DESTDIR)$(LIBDIR)/libfanout.a
+	install -m 644 build/plain/dist/libfanout.a $(DESTDIR)$(LIBDIR)/libfanout.a
 	install -m 755 build/plain/libfanout.so \
 		$(DESTDIR)$(LIBDIR)/libfanout.so.$(VERSION)
 	ln -sf libfanout.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfanout.so.0
+	ln -sf libfanout.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfanout.so
 	install -m 644 fanout.pc $(DESTDIR)$(LIBDIR)/pkgconfig/fanout.pc
 
 uninstall:

@@ -231,7 +231,7 @@ struct bench_opts {
 	unsigned nthreads;
 	double scale; /* multiplies every duration */
 	bool json;
-	bool quick;  /* PHASE 1 only: orchestrator + fanout sweeps */
+	bool quick;  /* fanout alone: orchestrator + fanout sweeps */
 	bool longer; /* make bench: bigger sweeps */
 	bool no_python;
 	bool no_plots;
@@ -243,7 +243,7 @@ struct bench_opts {
 	char load_end[64];
 	const char *outdir;  /* bench/out */
 	const char *results; /* bench/RESULTS.md */
-	const char *python;  /* path of peer_python.py */
+	const char *python;  /* path of peer-python.py */
 	FILE *out;	     /* where the human table goes */
 };
 extern struct bench_opts bench_opt;

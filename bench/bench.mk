@@ -15,10 +15,10 @@ BENCH_BIN  := build/plain/fanout-bench
 BENCH_OBJ  := build/plain/bench
 BENCH_SRC  := $(sort $(wildcard bench/fanout-bench*.c))
 BENCH_HDR  := $(wildcard bench/*.h) include/fanout.h
-BENCH_PEER_C := bench/peer_mutexpool.c bench/peer_uv.c bench/peer_glib.c \
-	bench/peer_omp.c
+BENCH_PEER_C := bench/peer-mutexpool.c bench/peer-uv.c bench/peer-glib.c \
+	bench/peer-omp.c
 BENCH_OBJS := $(patsubst bench/%.c,$(BENCH_OBJ)/%.o,$(BENCH_SRC) $(BENCH_PEER_C)) \
-	$(BENCH_OBJ)/peer_tbb.o
+	$(BENCH_OBJ)/peer-tbb.o
 BENCH_CFLAGS := $(BASE_CFLAGS) $(CFLAGS_plain) -Ibench -DBENCH_HAVE_PEERS
 # pkg-config is asked only when a bench recipe runs (after bench-deps).
 BENCH_PKG_CFLAGS = $(shell pkg-config --cflags libuv glib-2.0 2>/dev/null)
@@ -34,11 +34,11 @@ $(BENCH_OBJ)/%.o: bench/%.c $(BENCH_HDR) | bench-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(BENCH_CFLAGS) $(BENCH_PKG_CFLAGS) -c $< -o $@
 
-$(BENCH_OBJ)/peer_omp.o: bench/peer_omp.c $(BENCH_HDR) | bench-deps
+$(BENCH_OBJ)/peer-omp.o: bench/peer-omp.c $(BENCH_HDR) | bench-deps
 	@mkdir -p $(dir $@)
 	$(CC) $(BENCH_CFLAGS) -fopenmp -c $< -o $@
 
-$(BENCH_OBJ)/peer_tbb.o: bench/peer_tbb.cpp $(BENCH_HDR) | bench-deps
+$(BENCH_OBJ)/peer-tbb.o: bench/peer-tbb.cpp $(BENCH_HDR) | bench-deps
 	@mkdir -p $(dir $@)
 	g++ -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter \
 		-Ibench -Iinclude -c $< -o $@

@@ -2,7 +2,7 @@
 /*
  * fanout-bench-python.c - Python's ThreadPoolExecutor as a peer.
  *
- * bench/peer_python.py --serve runs as a child process for the whole
+ * bench/peer-python.py --serve runs as a child process for the whole
  * benchmark; each measurement is one command line on its stdin and one
  * answer line on its stdout, so its rounds are interleaved with the other
  * peers' exactly like theirs are with each other.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fanout-bench-report.c - the bars of issue 3, --json, gnuplot plots and
+ * fanout-bench-report.c - the bars (targets fanout is held to), --json, gnuplot plots and
  * bench/RESULTS.md, all made from the figure registry.
  */
 #include "bench-harness.h"
@@ -222,7 +222,7 @@ void bench_report_bars(void)
 {
 	compute_bars();
 	FILE *f = bench_opt.out;
-	fprintf(f, "\n== the bars of issue 3 (fanout = the fanout_dispatch "
+	fprintf(f, "\n== the bars: fanout against its targets (fanout = the fanout_dispatch "
 		   "path) ==\n");
 	for (size_t i = 0; i < nbars; i++)
 		fprintf(f, "  [%s] %-62s %-9s %s\n",
@@ -532,7 +532,7 @@ void bench_report_results_md(const char *table)
 		"(fanout_wait runs queued children while its sink is empty); "
 		"\"fanout_run\" the synchronous one.  The bars are judged on "
 		"\"fanout\".\n\n");
-	fprintf(f, "## The bars of issue 3\n\n| | bar | target | measured |\n"
+	fprintf(f, "## The bars\n\n| | bar | target | measured |\n"
 		   "|---|---|---|---|\n");
 	for (size_t i = 0; i < nbars; i++)
 		fprintf(f, "| %s | %s | %s | %s |\n",

@@ -19,7 +19,7 @@ static const char usage[] =
 	"  (default)        the full comparison: limits, orchestrator load,\n"
 	"                   every peer, python; table, plots, RESULTS.md\n"
 	"  --quick          fanout only: orchestrator load, batch sweep,\n"
-	"                   dispatch cost, single-child latency (PHASE 1)\n"
+	"                   dispatch cost, single-child latency\n"
 	"  --long           longer sweeps (3x durations, 7 rounds)\n"
 	"  --json           JSON on stdout (the table goes to stderr)\n"
 	"  --rounds N       rounds per figure (default 5, at least 5 "
@@ -38,7 +38,7 @@ static const char usage[] =
 	"  --out DIR        where plots go (default bench/out)\n"
 	"  --results FILE   the results file (default bench/RESULTS.md)\n"
 	"  --python FILE    the ThreadPoolExecutor script "
-	"(bench/peer_python.py)\n"
+	"(bench/peer-python.py)\n"
 	"  --no-python, --no-plots, --no-results, -v/--verbose, -h/--help\n";
 
 /* ---- tee: what goes to the table also goes into a buffer for RESULTS.md */
@@ -118,7 +118,7 @@ int main(int argc, char **argv)
 	bench_opt.scale = 1.0;
 	bench_opt.outdir = "bench/out";
 	bench_opt.results = "bench/RESULTS.md";
-	bench_opt.python = "bench/peer_python.py";
+	bench_opt.python = "bench/peer-python.py";
 	int c;
 	while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
 		switch (c) {

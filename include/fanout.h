@@ -35,8 +35,17 @@
  * first, including children running on the workers (nested delegation).
  * The exceptions:
  *   - fanout_destroy() must not race any other call on the same engine, and
- *     fanout_shutdown()/fanout_destroy() must not be called from a child of
- *     the same engine (they return -EDEADLK / do nothing in that case);
+ *     fanout_shutdown()/fanout_destroy() of an engine must not be called
+ *     from a child that engine waits for: a child of the engine itself, or
+ *     a child nested in one of its children through fanout_run() or an
+ *     inline fanout_delegate(), at any depth and on any thread (the nested
+ *     child may run on another engine's worker while the outer child waits
+ *     in fanout_run()).  They return -EDEADLK / do nothing in those cases.
+ *     A background link (a child that fanout_dispatch()es and returns) is
+ *     not a wait: from a child of such a delegation, shutting down the
+ *     dispatching child's engine is allowed - unless that child waits for
+ *     the event on a sink, a wait the library cannot see, which then
+ *     hangs;
  *   - one sink has one consumer at a time: a second thread calling
  *     fanout_poll()/fanout_wait() on the same sink while the first is inside
  *     gets -EBUSY instead of corrupting anything;
@@ -57,6 +66,69 @@
  * fanout_wait, fanout_shutdown and fanout_destroy block.  Everything else is
  * non-blocking: dispatch, cancel, lookup, list, poll and stats take no lock
  * and never sleep.  Blocked threads sleep on a futex.
+ *
+ * Children must return.  A child ends only by returning from its fanout_fn.
+ * No longjmp() out of it, no pthread_exit() (or thread cancellation) inside
+ * it, no C++ exception escaping it.  The library has no way to notice any
+ * of these, and the damage is permanent: the child is never counted as
+ * finished, so the delegation's join never completes - its event never
+ * comes, a fanout_run() waiting for it never returns, fanout_shutdown()
+ * and fanout_destroy() of its engine hang, and its capacity slot and
+ * memory are never given back.  Worse, the thread's record of its current
+ * child (fanout_current_child()) is left pointing at the dead frame.  On a
+ * worker, pthread_exit() also takes that worker away for good, and an
+ * exception that escapes a child there reaches the top of the thread and
+ * terminates the process (std::terminate); on a fanout_run() caller's
+ * thread it propagates out of fanout_run(), leaving the above behind.
+ * Catch exceptions and longjmp targets inside the child, and report a
+ * failure by returning a negative errno.
+ *
+ * Children waiting for events.  fanout_wait() inside a child only waits:
+ * it never runs children, with or without FANOUT_WAIT_HELPS (that flag
+ * helps only top-level callers).  So a child that waits for the event of a
+ * delegation that has not finished yet - a later batch, or one it
+ * dispatched itself - needs another thread to run that delegation's
+ * children while it holds its own thread.  On a one-worker engine the
+ * worker is the waiting child's: the event comes only if a top-level
+ * thread is in a helping fanout_wait() (FANOUT_WAIT_HELPS) on a sink of
+ * that engine meanwhile; otherwise a wait with timeout < 0 never returns
+ * (and fanout_shutdown() hangs on that child).  In general, as many
+ * children waiting like this as the engine has workers, and nobody
+ * helping, wait forever.  Inside a child, use fanout_run() or
+ * fanout_delegate() instead: they run their own batch on the calling
+ * thread and cannot deadlock, or wait with a timeout.
+ *
+ * Fork.  On the first fanout_create() fanout registers pthread_atfork()
+ * handlers (liburcu-bp's, whose call_rcu and resize threads fork does not
+ * copy), so a process forked from one that uses fanout - Python's
+ * multiprocessing does it by default - can create, use and destroy engines
+ * of its own as usual.  Do not register liburcu-bp's fork handlers again
+ * yourself: they are not reentrant.  An engine created before the fork,
+ * and its sinks, belong to the parent: their workers do not exist in the
+ * child, so in the child every call on them fails with -EOWNERDEAD and
+ * changes nothing - dispatch, run, delegate, cancel, lookup, list, stats,
+ * shutdown, sink_create/destroy, sink_fd, and poll/wait even when events
+ * wait in the sink (they are the parent's, and the eventfd is shared with
+ * the parent).  Only fanout_destroy() works: it frees the child's copy
+ * (sinks, their queued events and eventfd descriptors, finished records,
+ * the engine) and joins no thread; records still running at the fork are
+ * left allocated (their other references belong to threads the child does
+ * not have; the pages are the parent's, copy-on-write).  The parent is not
+ * affected: each delegation it had accepted still publishes exactly one
+ * event there.  Events the parent had taken before the fork are copies in
+ * the child; read and free them before destroying the inherited engine.
+ * A child task may fork (to exec a program, say): the new process starts
+ * at top level (fanout_current_child() is NULL, new delegations have depth
+ * 1), may create engines, and must end in exec*() or _exit(): returning
+ * from the task there would resume the copied worker loop (undefined).
+ * A process forked by a pinned worker inherits its one-CPU affinity, so a
+ * new engine there defaults to one worker.  Not covered: _Fork(), vfork()
+ * or clone() children that do more than exec (no atfork handler runs), and
+ * a fork while another thread is inside fanout_destroy() (the child must
+ * not destroy that engine).  Cost: one relaxed load per call, of a line
+ * only a forked child's handler writes; and each fork() of a process that
+ * has created an engine waits for liburcu to pause and resume its RCU
+ * threads (1 ms sleeps: milliseconds per fork; posix_spawn() skips it).
  *
  * Memory ordering.  Publishing an event is a release: everything a child
  * wrote before returning (including memory reachable from its arg) is visible
@@ -80,15 +152,46 @@ extern "C" {
 #define FANOUT_API
 #endif
 
+/*
+ * The version of this header.  The Makefile reads these three lines (the
+ * one place the version is written); the library built from them reports
+ * the same through fanout_version().
+ *
+ * FANOUT_VERSION_NUMBER is MAJOR * 10000 + MINOR * 100 + PATCH, for
+ * preprocessor tests: #if FANOUT_VERSION_NUMBER >= 200 (0.2.0 or later).
+ * FANOUT_VERSION_STRING is "MAJOR.MINOR.PATCH".
+ */
 #define FANOUT_VERSION_MAJOR 0
-#define FANOUT_VERSION_MINOR 1
+#define FANOUT_VERSION_MINOR 2
 #define FANOUT_VERSION_PATCH 0
+#define FANOUT_VERSION_NUMBER                                                  \
+	(FANOUT_VERSION_MAJOR * 10000 + FANOUT_VERSION_MINOR * 100 +           \
+	 FANOUT_VERSION_PATCH)
+#define FANOUT__VSTR(a, b, c) #a "." #b "." #c
+#define FANOUT__VXSTR(a, b, c) FANOUT__VSTR(a, b, c)
+#define FANOUT_VERSION_STRING                                                  \
+	FANOUT__VXSTR(FANOUT_VERSION_MAJOR, FANOUT_VERSION_MINOR,              \
+		      FANOUT_VERSION_PATCH)
+
+/**
+ * fanout_version() - the version of the library linked at run time.
+ *
+ * "MAJOR.MINOR.PATCH", e.g. "0.2.0"; static storage, never NULL.  With the
+ * shared library it may differ from FANOUT_VERSION_STRING, the header the
+ * program was compiled against: compare the two to detect a mismatch.
+ * Context: any thread, no engine needed; never blocks.
+ */
+FANOUT_API const char *fanout_version(void);
 
 /**
  * typedef fanout_id - names one delegation; never 0.
  *
  * Printed as "deleg_%016llx" (see FANOUT_ID_FMT).  Ids are unique within an
- * engine for its whole lifetime.
+ * engine for its whole lifetime.  Each engine starts its sequence at a
+ * random point (getrandom(), or clocks, pid and address without it), so
+ * engines of one process, of different processes and of a parent and its
+ * forked child hand out different ids with overwhelming probability -
+ * but only uniqueness within one engine is guaranteed.
  */
 typedef uint64_t fanout_id;
 #define FANOUT_ID_FMT "deleg_%016llx"
@@ -100,7 +203,9 @@ struct fanout_pending;
 
 /**
  * enum fanout_status - state of a child, a delegation or an event.
- * @FANOUT_PENDING:     (child, in listings) not started yet.
+ * @FANOUT_PENDING:     not produced by this version (listings say
+ *                      FANOUT_RUNNING from dispatch to the event); kept
+ *                      so that code naming it still compiles.
  * @FANOUT_RUNNING:     (delegation, in listings) children still running.
  * @FANOUT_COMPLETED:   child returned 0; event: at least one child completed.
  * @FANOUT_ERROR:       child returned a negative errno other than
@@ -161,6 +266,23 @@ FANOUT_API const char *fanout_status_name(enum fanout_status st);
  * @spin_ns:        how long an idle thread spins before it parks on a futex
  *                  (default 50000 ns; at most 1 s).  Set to 1 to park almost
  *                  at once.
+ * @max_pending:    back-pressure, per sink (the default sink and each one
+ *                  from fanout_sink_create()): a background delegation
+ *                  holds a place on its sink from the moment
+ *                  fanout_dispatch() accepts it until fanout_poll() or
+ *                  fanout_wait() hands its event out (running, or
+ *                  finished and queued, both count).  A sink holding
+ *                  max_pending refuses further dispatches with -EBUSY
+ *                  (fanout_delegate() then runs inline, FANOUT_INLINE_FULL)
+ *                  until its consumer takes events: a sink nobody drains
+ *                  cannot grow without bound.  Default: 4096, or
+ *                  4 x max_async when that is larger: the whole async pool
+ *                  fits on one sink with room for three times as many
+ *                  finished events waiting for a late consumer, so the
+ *                  limit bites only on a sink that really is not drained,
+ *                  while such a sink of one-child batches holds about
+ *                  2.5 MiB (4096 blocks of ~640 bytes).  At most 1<<24.
+ *                  README, "Memory", gives the bound on memory in use.
  */
 struct fanout_config {
 	unsigned workers;
@@ -172,6 +294,7 @@ struct fanout_config {
 	unsigned max_depth;
 	unsigned keep_completed;
 	uint64_t spin_ns;
+	unsigned max_pending;
 };
 
 /**
@@ -181,12 +304,16 @@ struct fanout_config {
  *
  * Return: 0 = completed; -ECANCELED = interrupted (return it after seeing
  * fanout_interrupted()); any other negative errno = error.  Positive values
- * are reported as errors.
+ * are reported as errors.  A child MUST return: no longjmp() out of it, no
+ * pthread_exit(), no C++ exception escaping it - the join would never
+ * complete (see "Children must return" at the top).
  *
  * Context: runs on a worker thread or, for fanout_run, possibly on the
  * caller's thread.  It may call any fanout function, including a nested
- * fanout_run() or fanout_delegate(); it must not call fanout_shutdown() or
- * fanout_destroy() of its own engine.
+ * fanout_run() or fanout_delegate(); fanout_shutdown() or fanout_destroy()
+ * of its own engine, or of any engine whose child waits for it through
+ * nested fanout_run() calls, returns -EDEADLK / does nothing (see
+ * fanout_shutdown()).
  */
 typedef int (*fanout_fn)(struct fanout_child *c, void *arg);
 
@@ -392,8 +519,10 @@ struct fanout_worker_stats {
  * @parks, @wakeups: sums over workers.
  * @running:      delegations not yet finished, now.
  * @async_running: background ones among them (compare with max_async).
- * @nworkers:     worker threads; @worker holds the first
- *                FANOUT_STATS_MAX_WORKERS of them.
+ * @nworkers:     worker threads.
+ * @worker:       the first FANOUT_STATS_MAX_WORKERS (64) workers only, kept
+ *                for compatibility; entries from @nworkers on are zero.
+ *                fanout_worker_stats() reads any worker, however many.
  */
 struct fanout_stats {
 	uint64_t dispatched;
@@ -422,7 +551,9 @@ struct fanout_stats {
  * (nothing is created); -ENOMEM; -EAGAIN when a worker thread cannot be
  * created (all threads already started are stopped again); -EMFILE or
  * -ENFILE when the default sink's eventfd cannot be created.  On error
- * nothing is left behind.
+ * nothing is left behind.  The first call in a process registers the fork
+ * handlers (see "Fork" above); if that fails (-ENOMEM), every later call
+ * fails too, rather than create engines a forked child would hang on.
  */
 FANOUT_API int fanout_create(const struct fanout_config *cfg,
 			     struct fanout_engine **out);
@@ -437,8 +568,22 @@ FANOUT_API int fanout_create(const struct fanout_config *cfg,
  * stay in their sinks, to be polled) and the workers have exited.
  * Idempotent.
  *
- * Context: blocks until running children return.  Not from a child of @e.
- * Return: 0; -EINVAL for NULL; -EDEADLK when called from a child of @e.
+ * Context: blocks until running children return.  Not from a child @e
+ * waits for: a child of @e, or a child nested in one through fanout_run()
+ * or an inline fanout_delegate() (any depth, any engines in between, on
+ * this thread or another: e.g. the application calls fanout_run(B), B's
+ * child calls fanout_run(A), and A's child - on this thread or on one of
+ * A's workers - calls fanout_shutdown(B)).  Such calls are detected by
+ * walking up the calling child's chain of synchronous delegations (no
+ * lock; one step per level).  A background delegation ends the chain: its
+ * dispatcher does not wait for it, so from its children shutting down the
+ * dispatcher's engine is allowed and returns 0 - it hangs only if the
+ * dispatching child itself waits for that delegation's event on a sink,
+ * which the library cannot detect.
+ * Return: 0; -EINVAL for NULL; -EDEADLK when @e waits for the calling
+ * child, as above (nothing changes; @e keeps accepting work);
+ * -EOWNERDEAD in a forked child for an engine created before the fork
+ * (nothing is stopped: the parent's engine is not the child's to stop).
  */
 FANOUT_API int fanout_shutdown(struct fanout_engine *e);
 
@@ -450,7 +595,10 @@ FANOUT_API int fanout_shutdown(struct fanout_engine *e);
  * still waiting in them and the blocks kept for reuse.  Events already
  * taken by a consumer must have been freed with fanout_event_free()
  * before; pointers into @e are invalid after.
- * Called from a child of @e it does nothing (it would wait for itself).
+ * Called from a child @e waits for (the -EDEADLK cases of
+ * fanout_shutdown()) it does nothing: it would wait for itself.
+ * In a forked child, for an engine created before the fork: frees the
+ * child's copy without stopping or joining anything (see "Fork" above).
  */
 FANOUT_API void fanout_destroy(struct fanout_engine *e);
 
@@ -464,11 +612,18 @@ FANOUT_API void fanout_destroy(struct fanout_engine *e);
  * Costs one allocation and one to min(ntasks, max_children, workers) ring
  * operations, independent of ntasks beyond that.
  *
+ * The delegation holds a place on its sink until its event is taken by
+ * fanout_poll()/fanout_wait() (see fanout_config.max_pending).
+ *
  * Return: 0; -EINVAL (NULL @e or @batch, NULL tasks, ntasks 0, a task
  * without fn, a sink of another engine or being destroyed); -E2BIG (ntasks
- * > max_tasks); -EBUSY (max_async background delegations running, or
- * the work ring full); -ELOOP (children would be deeper than max_depth);
- * -ENOMEM; -ESHUTDOWN.  On error nothing happened and no event will come.
+ * > max_tasks); -EBUSY (max_async background delegations running, the
+ * sink holding max_pending events nobody has taken yet, or the work ring
+ * full; fanout_describe_error() says which); -ELOOP (children would be
+ * deeper than max_depth); -ENOMEM; -ESHUTDOWN; -EOWNERDEAD (@e was
+ * created before a fork(), in the parent; not counted in stats.rejected).
+ * On error nothing happened
+ * and no event will come.
  * Memory ordering: full barrier on success; none on failure.
  */
 FANOUT_API int fanout_dispatch(struct fanout_engine *e,
@@ -488,7 +643,7 @@ FANOUT_API int fanout_dispatch(struct fanout_engine *e,
  * Context: blocks until every child has finished.
  * Return: 0 (the children's outcomes are in the event, not here); -EINVAL;
  * -E2BIG; -ELOOP when called from a child at depth max_depth; -ENOMEM;
- * -ESHUTDOWN.
+ * -ESHUTDOWN; -EOWNERDEAD (@e crossed a fork(); nothing ran).
  */
 FANOUT_API int fanout_run(struct fanout_engine *e,
 			  const struct fanout_batch *batch,
@@ -507,11 +662,13 @@ FANOUT_API int fanout_run(struct fanout_engine *e,
  *
  * At top level: background (fanout_dispatch).  Inside a child (depth > 0):
  * synchronous (fanout_run), so the parent child gets its result before it
- * returns.  At top level with the async pool full (-EBUSY): synchronous,
- * and says so with FANOUT_INLINE_FULL - never a silent downgrade.
+ * returns.  At top level when fanout_dispatch() says -EBUSY (the async
+ * pool full, the sink at max_pending, or the ring full): synchronous, and
+ * says so with FANOUT_INLINE_FULL - never a silent downgrade.
  *
  * Return: FANOUT_BACKGROUND, FANOUT_INLINE or FANOUT_INLINE_FULL; or the
- * negative errno of fanout_dispatch()/fanout_run().
+ * negative errno of fanout_dispatch()/fanout_run() (-EOWNERDEAD in a
+ * forked child for an inherited engine: never run inline instead).
  */
 FANOUT_API int fanout_delegate(struct fanout_engine *e,
 			       const struct fanout_batch *batch, fanout_id *id,
@@ -554,7 +711,8 @@ FANOUT_API int fanout_delegate(struct fanout_engine *e,
  * event, on the calling thread.
  * Return: 0; -EINVAL (NULL @e, id 0, bad @how, ABANDON without
  * INTERRUPT); -ENOENT (unknown or pruned id); -EALREADY (already finished;
- * nothing changes).
+ * nothing changes); -EOWNERDEAD (@e crossed a fork(): its delegations run
+ * in the parent).
  */
 FANOUT_API int fanout_cancel(struct fanout_engine *e, fanout_id id,
 			     unsigned how);
@@ -586,7 +744,8 @@ FANOUT_API int fanout_cancel_session(struct fanout_engine *e,
  * Finished records stay visible until at least keep_completed newer
  * delegations have finished, and never vanish before their event was
  * published.  Context: RCU read side; never blocks.
- * Return: 0; -EINVAL (NULL argument, id 0); -ENOENT.
+ * Return: 0; -EINVAL (NULL argument, id 0); -ENOENT; -EOWNERDEAD (@e
+ * crossed a fork(): the child's copy of a record would never change).
  */
 FANOUT_API int fanout_lookup(struct fanout_engine *e, fanout_id id,
 			     struct fanout_info *info);
@@ -601,16 +760,33 @@ FANOUT_API int fanout_lookup(struct fanout_engine *e, fanout_id id,
  *
  * Entries are sorted by dispatch time, newest first.  Context: RCU read
  * side; never blocks.
- * Return: 0; -EINVAL (NULL @e or @n, or NULL @infos with @cap > 0).
+ * Return: 0; -EINVAL (NULL @e or @n, or NULL @infos with @cap > 0);
+ * -EOWNERDEAD (@e crossed a fork()).
  */
 FANOUT_API int fanout_list(struct fanout_engine *e, struct fanout_info *infos,
 			   size_t cap, size_t *n);
 
 /**
  * fanout_stats() - read the counters.  Never blocks.
- * Return: 0; -EINVAL for NULL.
+ * Return: 0; -EINVAL for NULL; -EOWNERDEAD (@e crossed a fork()).
  */
 FANOUT_API int fanout_stats(struct fanout_engine *e, struct fanout_stats *st);
+
+/**
+ * fanout_worker_stats() - the counters of one worker thread.
+ * @e:   engine.
+ * @i:   worker index, 0 <= i < fanout_stats().nworkers (= the configured
+ *       workers); worker i is the thread named "fanout-w<i>".
+ * @out: receives its counters.
+ *
+ * Unlike fanout_stats().worker[], which holds the first 64 workers only,
+ * this reaches every worker.  Each counter is read on its own, as in
+ * fanout_stats().  Context: never blocks.
+ * Return: 0; -EINVAL (NULL @e or @out); -ERANGE (@i >= the number of
+ * workers; *out untouched).
+ */
+FANOUT_API int fanout_worker_stats(struct fanout_engine *e, unsigned i,
+				   struct fanout_worker_stats *out);
 
 /* ---------------------------------------------------------- inside a child */
 
@@ -788,7 +964,7 @@ FANOUT_API fanout_id fanout_pending_id(const struct fanout_pending *p);
 /**
  * fanout_sink_create() - a new event queue with its own eventfd.
  * Return: 0; -EINVAL (NULL); -ENOMEM; -EMFILE/-ENFILE (no eventfd);
- * -ESHUTDOWN.
+ * -ESHUTDOWN; -EOWNERDEAD (@e crossed a fork()).
  */
 FANOUT_API int fanout_sink_create(struct fanout_engine *e,
 				  struct fanout_sink **out);
@@ -800,9 +976,14 @@ FANOUT_API int fanout_sink_create(struct fanout_engine *e,
  * and its eventfd are released after an RCU grace period (a publisher may
  * still be finishing), so the fd number stays taken for a moment.  Do not
  * close the fd yourself.
+ * Events queued and not taken yet are allowed: they are freed with the
+ * sink.  Cost: a walk over the queued events (to tell queued from still to
+ * publish).
  * Return: 0; -EINVAL (NULL, or the engine's default sink, which
  * fanout_destroy() frees); -EBUSY when accepted delegations will still
- * publish to it (wait for or cancel them first; nothing is freed).
+ * publish to it (wait for or cancel them first; nothing is freed);
+ * -EOWNERDEAD for a sink created before a fork() (fanout_destroy() of its
+ * engine frees it).
  */
 FANOUT_API int fanout_sink_destroy(struct fanout_sink *s);
 
@@ -814,9 +995,13 @@ FANOUT_API struct fanout_sink *fanout_default_sink(struct fanout_engine *e);
  * @s:  the sink.
  * @ev: receives the event; free it with fanout_event_free().
  *
+ * Taking an event gives its delegation's place on the sink back
+ * (fanout_config.max_pending).
  * Memory ordering: acquire; pairs with the release that published it.
  * Return: 0; -EAGAIN when empty; -EINVAL (NULL); -EBUSY when another thread
- * is inside fanout_poll/fanout_wait on this sink.
+ * is inside fanout_poll/fanout_wait on this sink; -EOWNERDEAD for a sink
+ * created before a fork(), even if events wait in it (they are the
+ * parent's; taking them in the child would deliver them twice).
  */
 FANOUT_API int fanout_poll(struct fanout_sink *s, struct fanout_event **ev);
 
@@ -832,25 +1017,46 @@ FANOUT_API int fanout_poll(struct fanout_sink *s, struct fanout_event **ev);
  * helps: no hand-off to another thread, and the CPU a waiter would spin on
  * does the work.  It runs one chunk of a delegation at a time (at most 256
  * children, about 1/8 of a runner's share) and puts the rest back for the
- * workers, so it looks at its own sink again between chunks.  Use it when
+ * workers, so it looks at its own sink again between chunks.  Two cases
+ * take longer: when the ring has no room to put the rest back (every
+ * credit taken by concurrent dispatches), it runs the rest of that
+ * delegation itself; and a delegation whose children defer is run until
+ * its children are started or wait for a max_children place.  Use it when
  * the waiting thread has nothing better to do and holds no lock a child
  * might take.  The timeout is checked between chunks, so a wait may overrun
  * it by the time one chunk takes; while it runs a child, the sink stays
  * busy (a second consumer still gets -EBUSY); and fanout_lookup() counts a
  * helped chunk in @ndone only once the whole chunk is done.
- * Return: 0; -ETIMEDOUT; -EINVAL; -EBUSY (as fanout_poll).
+ *
+ * Inside a child it never helps: a child that waits with @timeout_ms < 0
+ * for an event of a delegation that has not finished needs another thread
+ * to run it - on a one-worker engine, a top-level helping wait - or it
+ * waits forever (see "Children waiting for events" at the top).
+ * Return: 0; -ETIMEDOUT; -EINVAL; -EBUSY, -EOWNERDEAD (as fanout_poll,
+ * at once, whatever @timeout_ms).
  */
 FANOUT_API int fanout_wait(struct fanout_sink *s, struct fanout_event **ev,
 			   int timeout_ms);
 
 /**
- * fanout_sink_fd() - an eventfd that is readable while events wait.
+ * fanout_sink_fd() - an eventfd, written only when the sink goes from empty
+ * to non-empty: on EVERY wakeup, call fanout_poll() until it returns -EAGAIN.
  *
- * For epoll/poll loops: when it turns readable, call fanout_poll() until
- * -EAGAIN; the fd may stay readable until a fanout_poll() (or a timed-out
- * fanout_wait()) finds the sink empty (a spurious wakeup), but it is never
- * unreadable while an event waits and no poll is in progress.  Do not read() it yourself.  Owned by the sink.
- * Return: the fd; -EINVAL for NULL.
+ * "Empty" is what the consumer last saw: a fanout_poll() (or a fanout_wait()
+ * that timed out) that found no event clears the fd; the next event
+ * published writes it once, and later events do not write it again until a
+ * poll has found the sink empty again.  So with EPOLLET, a loop that stops
+ * polling before -EAGAIN gets no new edge and may wait forever on events
+ * already queued (level-triggered poll/epoll just reports it readable
+ * again).  The fd may be readable while the sink is empty (after the last
+ * event was taken: the next poll returns -EAGAIN and clears it), but it is
+ * never unreadable while an event waits and no poll is in progress.  The
+ * fd is kept up from the first fanout_sink_fd() call on (readable at once
+ * if events already wait).  Do not read() it yourself.  Owned by the sink.
+ * See examples/epoll_server.c.
+ * Return: the fd; -EINVAL for NULL; -EOWNERDEAD for a sink created before
+ * a fork() (the eventfd is shared with the parent: reading it in the
+ * child would take the parent's wakeups).
  */
 FANOUT_API int fanout_sink_fd(struct fanout_sink *s);
 
@@ -869,16 +1075,38 @@ FANOUT_API void fanout_event_free(struct fanout_event *ev);
  * session lines, then per child "TASK i/n: goal (status=..., 12.3ms)"
  * followed by its summary or error, indented.  i counts from 1.
  *
+ * The text is valid UTF-8 whatever bytes the children and the batch set
+ * (each string is read up to its first NUL): well-formed characters pass
+ * through, and each maximal ill-formed subsequence (a stray continuation
+ * byte, a byte that starts no sequence, an overlong form, a surrogate
+ * U+D800..U+DFFF, a code point above U+10FFFF, a sequence cut short)
+ * becomes U+FFFD.  Control characters other than \n and \t become U+FFFD
+ * too - C0, DEL and C1 (U+0080..U+009F) - except the \r of a \r\n, which
+ * is dropped; so the text never carries a terminal escape sequence.
+ *
  * Return: as snprintf: the length the whole text needs (excluding the NUL);
- * @buf gets as much as fits, always NUL-terminated when @len > 0.
+ * @buf gets as much as fits, always NUL-terminated when @len > 0 (a
+ * truncated text may end inside a multi-byte character).
  * -EINVAL for NULL @ev, or NULL @buf with @len > 0.
+ * -EOVERFLOW if the text would be longer than INT_MAX bytes; @buf then
+ * holds an empty string (when @len > 0).
  */
 FANOUT_API int fanout_format(const struct fanout_event *ev, char *buf,
 			     size_t len);
 
 /**
- * fanout_event_json() - the same event as one JSON object (UTF-8, strings
- * escaped, no trailing newline).  Return: as fanout_format().
+ * fanout_event_json() - the same event as one JSON object (RFC 8259, no
+ * trailing newline).
+ *
+ * Always valid UTF-8 and valid JSON, whatever bytes the children and the
+ * batch set (goal, summary, error, context, session_key; each read up to
+ * its first NUL): ill-formed UTF-8 becomes U+FFFD as in fanout_format();
+ * '"', '\\' and every control character U+0000..U+001F are escaped
+ * (\b \f \n \r \t, else \u00XX; DEL too, as \u007f).  Every well-formed
+ * character is kept, so for valid UTF-8 input a JSON parser gives back the
+ * exact bytes.
+ *
+ * Return: as fanout_format(), -EOVERFLOW included.
  */
 FANOUT_API int fanout_event_json(const struct fanout_event *ev, char *buf,
 				 size_t len);
@@ -892,7 +1120,9 @@ FANOUT_API const char *fanout_strerror(int err);
 
 /**
  * fanout_describe_error() - fanout_strerror() with the engine's figures,
- * e.g. for -EBUSY how many delegations run and which limit to raise.
+ * e.g. for -EBUSY how many delegations run and which limit to raise, and
+ * which sinks (the default one, how many created ones) are at max_pending
+ * because nobody drains them - the figures as they are now.
  * Return: as snprintf; -EINVAL for NULL @e, or NULL @buf with @len > 0.
  */
 FANOUT_API int fanout_describe_error(struct fanout_engine *e, int err,

@@ -10,7 +10,9 @@
  * overflow; the finaliser gives the slot back BEFORE publishing, so a
  * consumer that receives an event can immediately dispatch again.  Ring
  * credits are reserved before anything is inserted, so an accepted batch
- * never finds the ring full, and a refused one has changed nothing.
+ * never finds the ring full, and a refused one has changed nothing.  The
+ * sink's max_pending (back-pressure, sink.c) is the same kind of counter,
+ * taken first and given back when the event is taken.
  *
  * Shutdown.  `active` counts unfinished records plus dispatch/run calls in
  * progress.  A call adds 2 (itself and its record) before it reads
@@ -30,8 +32,8 @@
 
 static int reject(struct fanout_engine *e, int err)
 {
-	/* relaxed: a statistic */
-	atomic_fetch_add_explicit(&e->st_rejected, 1, memory_order_relaxed);
+	fanout__stat_add(&e->st_rejected, 1);
+	FANOUT_PROBE_REJECT(err);
 	return err;
 }
 
@@ -117,6 +119,7 @@ static void rec_link(struct record *rec, const struct fanout_batch *b,
 {
 	if (o->parent) {
 		rec->parent_id = o->parent->id;
+		rec->parent_engine = o->parent->e->serial;
 		/* relaxed: ordered before our re-check by its seq_cst fence
 		 * (recheck); see "Tree" in tree.c. */
 		atomic_store_explicit(&o->parent->has_kids, true,
@@ -196,6 +199,8 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 
 	if (!e || !b)
 		return e ? reject(e, -EINVAL) : -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD; /* fork.c; not counted: nothing changes */
 	if (b->sink && b->sink->e != e)
 		return reject(e, -EINVAL);
 	err = check_batch(e, b, &depth, &o);
@@ -207,6 +212,12 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	if (err) {
 		origin_put(&o);
 		return reject(e, err);
+	}
+	/* Back-pressure: a place on the sink until the event is taken. */
+	s = b->sink ? b->sink : e->default_sink;
+	if (!fanout__sink_hold(s)) {
+		err = -EBUSY;
+		goto out_active;
 	}
 	/* Admission: one max_async slot per batch.  acquire: pairs with the
 	 * release decrement in finalise, so the slot's old owner is done. */
@@ -227,13 +238,7 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 		err = -ENOMEM;
 		goto out_credits;
 	}
-	s = b->sink ? b->sink : e->default_sink;
 	rec->sink = s;
-	/* relaxed: destroy reads it only after quiescence (documented).  The
-	 * default sink cannot be destroyed, so it keeps no count: one shared
-	 * RMW less on the dispatch and on the publish. */
-	if (!s->is_default)
-		atomic_fetch_add_explicit(&s->pending, 1, memory_order_relaxed);
 	atomic_init(&rec->refs, 2 + got);
 	rec->chunk = fanout__chunk_for(b->ntasks, got);
 	id = rec->id;
@@ -242,14 +247,14 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	 * handoff in fq_submit is the release that publishes this store). */
 	if (idp)
 		*idp = id;
-	atomic_fetch_add_explicit(&e->st_dispatched, 1,
-				  memory_order_relaxed); /* stat */
+	fanout__stat_add(&e->st_dispatched, 1);
 	rec_link(rec, b, &o);
 	fanout__read_lock();
 	fanout__table_insert(e, rec);
 	fanout__read_unlock();
 	if (rec->deadline)
 		fanout__timer_add(e, rec);
+	FANOUT_PROBE_BATCH_SUBMIT(id, b->ntasks, depth);
 	fq_submit(e->q, &rec->work, got); /* rec may be gone after this */
 	recheck(e, id, &o);
 	origin_put(&o);
@@ -261,6 +266,8 @@ out_credits:
 out_async:
 	/* relaxed: undoing our own increment publishes nothing. */
 	atomic_fetch_sub_explicit(&e->async_running, 1, memory_order_relaxed);
+	fanout__sink_unhold(s);
+out_active:
 	fanout__active_put(e, 2);
 	origin_put(&o);
 	return reject(e, err);
@@ -276,6 +283,8 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 
 	if (!e || !b || !evp)
 		return e ? reject(e, -EINVAL) : -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD; /* fork.c; not counted: nothing changes */
 	err = check_batch(e, b, &depth, &o);
 	if (err)
 		return reject(e, err);
@@ -302,8 +311,7 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	/* refs: table + event (returned to the caller) + caller + tokens. */
 	atomic_init(&rec->refs, 3 + extra);
 	rec->chunk = fanout__chunk_for(b->ntasks, extra + 1);
-	atomic_fetch_add_explicit(&e->st_runs, 1,
-				  memory_order_relaxed); /* stat */
+	fanout__stat_add(&e->st_runs, 1);
 	rec_link(rec, b, &o);
 	fanout__read_lock();
 	fanout__table_insert(e, rec);
@@ -311,6 +319,7 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	if (rec->deadline)
 		fanout__timer_add(e, rec);
 	recheck(e, rec->id, &o);
+	FANOUT_PROBE_BATCH_SUBMIT(rec->id, b->ntasks, depth);
 	fq_help_wait(e->q, &rec->work, extra, &rec->done_word);
 	origin_put(&o);
 	fanout__active_put(e, 1);
@@ -334,6 +343,11 @@ int fanout_delegate(struct fanout_engine *e, const struct fanout_batch *b,
 			return FANOUT_BACKGROUND;
 		if (err != -EBUSY)
 			return err;
+		/* The refusal is answered inline: count what happens next (a
+		 * run, or the run's own refusal), not a rejection.  relaxed:
+		 * a statistic, as in fanout__stat_add. */
+		atomic_fetch_sub_explicit(&e->st_rejected, 1,
+					  memory_order_relaxed);
 		err = fanout_run(e, b, evp);
 		if (err)
 			return err;
@@ -357,6 +371,8 @@ int fanout_cancel(struct fanout_engine *e, fanout_id id, unsigned how)
 	if (!e || !id || !how || (how & ~CANCEL_HOW_MASK) ||
 	    ((how & FANOUT_CANCEL_ABANDON) && !(how & FANOUT_CANCEL_INTERRUPT)))
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
 	fanout__read_lock();
 	rec = fanout__table_find(e, id);
 	err = rec ? fanout__cancel_rec(rec, how | CANCEL_USER) : -ENOENT;

@@ -16,12 +16,15 @@
  * `shutting` and signals, or shutdown's re-check after fq_ec_prepare sees
  * active == 0).  Only then are the workers stopped: fq_stop drains the
  * ring, whose leftover tokens find every child claimed and just drop their
- * references.  A child cannot call shutdown of its own engine: it would
- * wait for itself (-EDEADLK).
+ * references.  A child cannot call shutdown of its own engine, nor of an
+ * engine whose child waits (through nested fanout_run calls) for it: it
+ * would wait for itself (-EDEADLK; see waits_for_caller()).
  *
  * Destroy runs after shutdown, so the engine is quiescent: it frees queued
  * events and sinks, evicts the remaining records, waits for every pending
  * call_rcu callback (rcu_barrier) and only then frees the queue and itself.
+ * An engine inherited across fork() is never shut down (its workers are
+ * not in this process): destroy frees the child's copy instead (fork.c).
  */
 #include "internal.h"
 
@@ -37,6 +40,10 @@
 #define MAX_SLOTS (1u << 24)
 #define MAX_ASYNC (1u << 20)
 #define MAX_KEEP (1u << 24)
+#define MAX_PENDING (1u << 24)
+/* Default max_pending: 4096, and never under 4 x max_async (see fanout.h). */
+#define PENDING_DEFAULT 4096u
+#define PENDING_PER_ASYNC 4u
 
 static unsigned cpu_count(void)
 {
@@ -67,7 +74,8 @@ static int resolve(const struct fanout_config *in, struct fanout_config *c)
 	    c->workers > MAX_WORKERS || c->max_tasks > MAX_TASKS ||
 	    c->max_depth > MAX_DEPTH || c->spin_ns > MAX_SPIN_NS ||
 	    c->queue_slots > MAX_SLOTS || c->max_async > MAX_ASYNC ||
-	    c->keep_completed > MAX_KEEP || c->max_children > MAX_TASKS)
+	    c->keep_completed > MAX_KEEP || c->max_children > MAX_TASKS ||
+	    c->max_pending > MAX_PENDING)
 		return -EINVAL;
 	if (!c->workers)
 		c->workers = cpu_count();
@@ -83,6 +91,11 @@ static int resolve(const struct fanout_config *in, struct fanout_config *c)
 		c->keep_completed = 1024;
 	if (!c->spin_ns)
 		c->spin_ns = 50000;
+	if (!c->max_pending)
+		c->max_pending =
+			c->max_async * PENDING_PER_ASYNC > PENDING_DEFAULT ?
+				c->max_async * PENDING_PER_ASYNC :
+				PENDING_DEFAULT;
 	return 0;
 }
 
@@ -102,6 +115,13 @@ int fanout_create(const struct fanout_config *cfg, struct fanout_engine **out)
 	err = resolve(cfg, &e->cfg);
 	if (err)
 		goto out_free;
+	/* After the first allocation: see "When" in fork.c. */
+	err = fanout__fork_init();
+	if (err)
+		goto out_free;
+	/* relaxed: this process's own value; see fork.c. */
+	e->fork_gen =
+		atomic_load_explicit(&fanout__fork_gen, memory_order_relaxed);
 	e->max_tokens = e->cfg.workers < e->cfg.max_children ?
 				e->cfg.workers :
 				e->cfg.max_children;
@@ -116,7 +136,6 @@ int fanout_create(const struct fanout_config *cfg, struct fanout_engine **out)
 	qp.workers = e->cfg.workers;
 	qp.pin = !(e->cfg.flags & FANOUT_NO_PIN);
 	qp.spin_ns = e->cfg.spin_ns;
-	atomic_init(&e->next_id, 1);
 	atomic_init(&e->async_running, 0);
 	atomic_init(&e->active, 0);
 	atomic_init(&e->finish_seq, 0);
@@ -162,11 +181,39 @@ out_free:
 	return err;
 }
 
-static bool inside_own_child(struct fanout_engine *e)
+/*
+ * Would fanout_shutdown(e) on this thread wait for itself?  It would on one
+ * of e's workers, and whenever a record of e cannot finish before the
+ * calling child returns: the child's own record, then, going up, the
+ * parent of each synchronous record on the way - a parent child sits in
+ * fanout_run() (or an inline fanout_delegate()) until the record below it
+ * has finished, whether that record's children run on this thread or on
+ * another engine's worker while the parent waits on its own thread.  A
+ * background record ends the walk: its parent child does not wait for it
+ * (unless it waits for the event on a sink, which the library cannot see;
+ * fanout.h says so).
+ *
+ * Every record on the walk is alive: the calling child's record is held
+ * by its runner, and the parent child of a synchronous record is blocked
+ * until that record has finished, so the parent record is still running.
+ * The fields read are I: written before the record's children could
+ * start, which happens-before this thread runs the child below.  No lock
+ * and no atomic; one step per nesting level, paid by shutdown/destroy only.
+ */
+static bool waits_for_caller(struct fanout_engine *e)
 {
 	struct fanout_child *c = fanout__current();
+	struct record *rec;
 
-	return fq_self(e->q) >= 0 || (c && c->rec->e == e);
+	if (fq_self(e->q) >= 0)
+		return true;
+	for (rec = c ? c->rec : NULL; rec; rec = rec->parent) {
+		if (rec->e == e)
+			return true;
+		if (rec->background)
+			break;
+	}
+	return false;
 }
 
 /* Sleep on `drained` until *word reaches want. */
@@ -203,7 +250,9 @@ int fanout_shutdown(struct fanout_engine *e)
 {
 	if (!e)
 		return -EINVAL;
-	if (inside_own_child(e))
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
+	if (waits_for_caller(e))
 		return -EDEADLK;
 	/* seq_cst: the store of the store-load pairs in deleg.c (enter,
 	 * recheck) and fanout__active_put(). */
@@ -226,11 +275,24 @@ int fanout_shutdown(struct fanout_engine *e)
 
 void fanout_destroy(struct fanout_engine *e)
 {
-	if (!e || inside_own_child(e))
+	bool inherited;
+
+	if (!e)
 		return;
-	fanout_shutdown(e);
+	/* Inherited across fork(): no worker, call or publisher of it exists
+	 * in this process; free what is ours without stopping anything
+	 * (fork.c, "Destroying an inherited engine"). */
+	inherited = fanout__inherited(e->fork_gen);
+	if (inherited) {
+		fanout__fork_forget_sinks(e);
+		fanout__timer_forget(e);
+	} else {
+		if (waits_for_caller(e))
+			return;
+		fanout_shutdown(e);
+		fanout__sinks_destroy(e);
+	}
 	fanout__engines_del(e); /* no cancel tree walks e's table after */
-	fanout__sinks_destroy(e);
 	fanout__table_destroy(e);
 	/* Every record and sink handed to call_rcu is gone after this; the
 	 * second barrier catches records released BY those callbacks (a sink
@@ -238,11 +300,39 @@ void fanout_destroy(struct fanout_engine *e)
 	rcu_barrier();
 	rcu_barrier();
 	FQ_HANDOFF_ACQUIRE(&fanout__rcu_token); /* the callbacks' release */
-	fq_free(e->q);
+	if (inherited)
+		fq_free_forked(e->q);
+	else
+		fq_free(e->q);
 	fa_cache_drain(&e->blocks); /* every record is freed by now */
 	fanout__free(e->st_worker_children,
 		     sizeof(*e->st_worker_children) * e->cfg.workers);
 	fanout__free(e, sizeof(*e));
+}
+
+/* Worker @i's counters (i < cfg.workers); relaxed loads, see fanout_stats. */
+static void worker_stats(struct fanout_engine *e, unsigned i,
+			 struct fanout_worker_stats *out)
+{
+	struct fq_worker_stats ws;
+
+	fq_worker_stats(e->q, i, &ws);
+	out->children_run = atomic_load_explicit(&e->st_worker_children[i],
+						 memory_order_relaxed);
+	out->parks = ws.parks;
+	out->wakeups = ws.wakeups;
+	out->cpu = ws.cpu;
+}
+
+int fanout_worker_stats(struct fanout_engine *e, unsigned i,
+			struct fanout_worker_stats *out)
+{
+	if (!e || !out)
+		return -EINVAL;
+	if (i >= e->cfg.workers)
+		return -ERANGE;
+	worker_stats(e, i, out);
+	return 0;
 }
 
 int fanout_stats(struct fanout_engine *e, struct fanout_stats *st)
@@ -251,6 +341,8 @@ int fanout_stats(struct fanout_engine *e, struct fanout_stats *st)
 
 	if (!e || !st)
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
 	memset(st, 0, sizeof(*st));
 	/* acquire first: pairs with the release increment in finalise, so
 	 * every completion counted here has its start counted below.  The
@@ -272,20 +364,14 @@ int fanout_stats(struct fanout_engine *e, struct fanout_stats *st)
 		atomic_load_explicit(&e->async_running, memory_order_relaxed);
 	st->nworkers = e->cfg.workers;
 	for (i = 0; i < e->cfg.workers; i++) {
-		struct fq_worker_stats ws;
-		uint64_t ch = atomic_load_explicit(&e->st_worker_children[i],
-						   memory_order_relaxed);
+		struct fanout_worker_stats ws;
 
-		fq_worker_stats(e->q, i, &ws);
-		st->children_run += ch;
+		worker_stats(e, i, &ws);
+		st->children_run += ws.children_run;
 		st->parks += ws.parks;
 		st->wakeups += ws.wakeups;
-		if (i < FANOUT_STATS_MAX_WORKERS) {
-			st->worker[i].children_run = ch;
-			st->worker[i].parks = ws.parks;
-			st->worker[i].wakeups = ws.wakeups;
-			st->worker[i].cpu = ws.cpu;
-		}
+		if (i < FANOUT_STATS_MAX_WORKERS)
+			st->worker[i] = ws;
 	}
 	{
 		uint64_t d = st->dispatched + st->runs, c = st->completed;

@@ -18,10 +18,13 @@
 	X(E2BIG,                                                               \
 	  "batch has more tasks than fanout_config.max_tasks; split it "       \
 	  "or raise max_tasks")                                                \
-	X(EBUSY, "at capacity: max_async background delegations are running "  \
-		 "(or the work ring is full, or another thread is polling "    \
-		 "this sink); wait for events, raise fanout_config.max_async " \
-		 "or queue_slots, or use fanout_delegate to run inline")       \
+	X(EBUSY,                                                               \
+	  "at capacity: max_async background delegations are running, "        \
+	  "or the batch's sink holds max_pending events nobody has "           \
+	  "taken (nobody drains that sink: poll or wait on it), or the "       \
+	  "work ring is full, or another thread is polling this sink; "        \
+	  "take events, raise fanout_config.max_async, max_pending or "        \
+	  "queue_slots, or use fanout_delegate to run inline")                 \
 	X(ELOOP,                                                               \
 	  "delegation too deep: its children would exceed "                    \
 	  "fanout_config.max_depth; do the work in this child or raise "       \
@@ -37,15 +40,22 @@
 		  "fanout_sink_fd (from fanout_create: could not start a "     \
 		  "worker thread)")                                            \
 	X(ETIMEDOUT, "no event arrived within the timeout; wait again")        \
-	X(EDEADLK, "called from a child of the same engine, which would wait " \
-		   "for itself; call it from outside the engine's children")   \
+	X(EDEADLK,                                                             \
+	  "called from a child the engine waits for (its own child, "          \
+	  "or one nested in its children through fanout_run), so it "          \
+	  "would wait for itself; call it from outside those children")        \
 	X(EMFILE, "no file descriptor left for the sink's eventfd; close "     \
 		  "some or raise RLIMIT_NOFILE")                               \
 	X(ENFILE, "the system is out of file descriptors for the sink's "      \
 		  "eventfd; retry later")                                      \
+	X(ERANGE, "no such worker: the index must be below the engine's "      \
+		  "worker count (fanout_stats().nworkers)")                    \
 	X(ECANCELED,                                                           \
 	  "interrupted: the delegation was cancelled or the engine "           \
-	  "shut down")
+	  "shut down")                                                         \
+	X(EOWNERDEAD, "engine was created in the parent process before "       \
+		      "fork(); create a new engine in the child (only "        \
+		      "fanout_destroy() works on this one)")
 
 const char *fanout_strerror(int err)
 {
@@ -66,6 +76,38 @@ const char *fanout_strerror(int err)
 	}
 }
 
+/* -EBUSY with the figures now: which sinks nobody drains (at max_pending),
+ * how full the async pool is, and the ring's size. */
+static int describe_busy(struct fanout_engine *e, const char *base, char *buf,
+			 size_t len)
+{
+	bool dflt;
+	unsigned full = fanout__sinks_full(e, &dflt);
+	unsigned running = atomic_load_explicit(&e->async_running, /* figure */
+						memory_order_relaxed);
+	unsigned created = dflt ? full - 1 : full;
+
+	if (!full)
+		return snprintf(buf, len,
+				"%s [%u of max_async=%u background delegations "
+				"running; queue_slots=%u; no sink at "
+				"max_pending=%u]",
+				base, running, e->cfg.max_async,
+				e->cfg.queue_slots, e->cfg.max_pending);
+	return snprintf(
+		buf, len,
+		"nobody drains %s%s%.0u%s%s: %s at max_pending=%u events "
+		"not taken (a delegation keeps its place on its sink "
+		"until fanout_poll/fanout_wait returns its event); take "
+		"events from it, or raise fanout_config.max_pending "
+		"[%u of max_async=%u background delegations running; "
+		"queue_slots=%u]",
+		dflt ? "the default sink" : "", dflt && created ? " and " : "",
+		created, created ? " created sink" : "", created > 1 ? "s" : "",
+		full > 1 ? "each is" : "it is", e->cfg.max_pending, running,
+		e->cfg.max_async, e->cfg.queue_slots);
+}
+
 int fanout_describe_error(struct fanout_engine *e, int err, char *buf,
 			  size_t len)
 {
@@ -77,14 +119,7 @@ int fanout_describe_error(struct fanout_engine *e, int err, char *buf,
 		err = -err;
 	switch (err) {
 	case EBUSY:
-		return snprintf(
-			buf, len,
-			"%s [%u of max_async=%u background delegations "
-			"running; queue_slots=%u]",
-			base,
-			atomic_load_explicit(&e->async_running, /* a figure */
-					     memory_order_relaxed),
-			e->cfg.max_async, e->cfg.queue_slots);
+		return describe_busy(e, base, buf, len);
 	case E2BIG:
 		return snprintf(buf, len, "%s [max_tasks=%u]", base,
 				e->cfg.max_tasks);

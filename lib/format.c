@@ -6,10 +6,20 @@
  * every byte it would have written (snprintf semantics) and never writes
  * past len - 1, then NUL-terminates.  They read only the event, which its
  * holder owns.
+ *
+ * Children set their strings to any bytes.  Both writers pass well-formed
+ * UTF-8 through and write U+FFFD for each maximal ill-formed subsequence
+ * (Unicode 15, 3.9, "U+FFFD substitution of maximal subparts"): bytes that
+ * start no sequence (80..C1, F5..FF), overlongs, surrogates, code points
+ * above U+10FFFF and sequences cut short.  The text also replaces control
+ * characters (C0 but \n and \t, DEL, C1) with U+FFFD and drops the \r of a
+ * \r\n, so no escape sequence reaches a terminal; JSON escapes C0, '"' and
+ * '\\' and keeps every valid character, so a parser gives back the bytes.
  */
 #include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -49,22 +59,114 @@ static void puts_(struct out *o, const char *s)
 	put(o, s, strlen(s));
 }
 
+/* A text longer than an int can count leaves an empty string behind. */
 static int finish(struct out *o)
 {
+	if (o->pos > (size_t)INT_MAX) {
+		if (o->len)
+			o->buf[0] = '\0';
+		return -EOVERFLOW;
+	}
 	if (o->len)
 		o->buf[o->pos < o->len ? o->pos : o->len - 1] = '\0';
-	return o->pos > (size_t)INT32_MAX ? -EOVERFLOW : (int)o->pos;
+	return (int)o->pos;
+}
+
+static const char repl[] = "\xef\xbf\xbd"; /* U+FFFD */
+
+/*
+ * The well-formed UTF-8 sequence at @s (Unicode 15, table 3-7): its length,
+ * 1 to 4; or 0 when ill-formed, with *skip the length of its maximal
+ * ill-formed prefix (at least 1), which one U+FFFD replaces.  Never reads
+ * past a NUL (no continuation byte is 0).
+ */
+static size_t utf8_seq(const unsigned char *s, size_t *skip)
+{
+	unsigned char c = s[0], lo = 0x80, hi = 0xbf;
+	size_t n, i;
+
+	if (c < 0x80) {
+		*skip = 1;
+		return 1;
+	}
+	if (c >= 0xc2 && c <= 0xdf) {
+		n = 2;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		n = 3;
+		if (c == 0xe0)
+			lo = 0xa0; /* overlong */
+		else if (c == 0xed)
+			hi = 0x9f; /* surrogates */
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		n = 4;
+		if (c == 0xf0)
+			lo = 0x90; /* overlong */
+		else if (c == 0xf4)
+			hi = 0x8f; /* above U+10FFFF */
+	} else {
+		*skip = 1;
+		return 0;
+	}
+	for (i = 1; i < n; i++) {
+		if (s[i] < lo || s[i] > hi) {
+			*skip = i;
+			return 0;
+		}
+		lo = 0x80;
+		hi = 0xbf;
+	}
+	*skip = n;
+	return n;
+}
+
+/*
+ * Text: @str as valid UTF-8 without control characters but \n and \t (see
+ * the top); with @ind, each line after the first starts with it.  Runs of
+ * bytes that pass unchanged are copied in one piece.
+ */
+static void put_text(struct out *o, const char *str, const char *ind)
+{
+	const unsigned char *s = (const unsigned char *)str, *run = s;
+	size_t n, skip;
+
+	while (*s) {
+		unsigned char c = *s;
+
+		if ((c >= 0x20 && c < 0x7f) || c == '\t') {
+			s++;
+			continue;
+		}
+		if (c == '\n') {
+			s++;
+			if (ind && *s) {
+				put(o, (const char *)run, (size_t)(s - run));
+				puts_(o, ind);
+				run = s;
+			}
+			continue;
+		}
+		n = c < 0x80 ? 0 : utf8_seq(s, &skip);
+		if (n && !(n == 2 && c == 0xc2 && s[1] < 0xa0)) { /* not C1 */
+			s += n;
+			continue;
+		}
+		put(o, (const char *)run, (size_t)(s - run));
+		if (c == '\r' && s[1] == '\n') {
+			s++; /* \r\n reads as \n */
+		} else {
+			puts_(o, repl);
+			s += c < 0x80 ? 1 : skip;
+		}
+		run = s;
+	}
+	put(o, (const char *)run, (size_t)(s - run));
 }
 
 /* Text, each line of a multi-line string indented by `ind`. */
 static void put_indented(struct out *o, const char *s, const char *ind)
 {
 	puts_(o, ind);
-	for (; *s; s++) {
-		put(o, s, 1);
-		if (*s == '\n' && s[1])
-			puts_(o, ind);
-	}
+	put_text(o, s, ind);
 	puts_(o, "\n");
 }
 
@@ -89,24 +191,24 @@ int fanout_format(const struct fanout_event *ev, char *buf, size_t len)
 	puts_(&o, "\n");
 	if (ev->error) {
 		puts_(&o, "error: ");
-		puts_(&o, ev->error);
+		put_text(&o, ev->error, NULL);
 		puts_(&o, "\n");
 	}
 	if (ev->context) {
 		puts_(&o, "context: ");
-		puts_(&o, ev->context);
+		put_text(&o, ev->context, NULL);
 		puts_(&o, "\n");
 	}
 	if (ev->session_key) {
 		puts_(&o, "session: ");
-		puts_(&o, ev->session_key);
+		put_text(&o, ev->session_key, NULL);
 		puts_(&o, "\n");
 	}
 	for (i = 0; i < ev->nresults; i++) {
 		const struct fanout_result *r = &ev->results[i];
 
 		putf(&o, "TASK %u/%u: ", r->index + 1, ev->nresults);
-		puts_(&o, r->goal ? r->goal : "");
+		put_text(&o, r->goal ? r->goal : "", NULL);
 		putf(&o, " (status=%s, %.1fms)\n",
 		     fanout_status_name(r->status),
 		     (double)r->duration_ns / 1e6);
@@ -120,22 +222,43 @@ int fanout_format(const struct fanout_event *ev, char *buf, size_t len)
 	return finish(&o);
 }
 
-static void json_str(struct out *o, const char *s)
+/* A JSON string (RFC 8259) holding @str with ill-formed UTF-8 replaced. */
+static void json_str(struct out *o, const char *str)
 {
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *s = (const unsigned char *)str, *run;
+	size_t n, skip;
+
 	if (!s) {
 		puts_(o, "null");
 		return;
 	}
 	puts_(o, "\"");
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
+	for (run = s; *s;) {
+		unsigned char c = *s;
+		char esc[7] = {'\\', 'u', '0', '0', 0, 0, 0};
 
+		if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+			s++;
+			continue;
+		}
+		n = c < 0x80 ? 0 : utf8_seq(s, &skip);
+		if (n) {
+			s += n;
+			continue;
+		}
+		put(o, (const char *)run, (size_t)(s - run));
 		switch (c) {
 		case '"':
-			puts_(o, "\\\"");
-			break;
 		case '\\':
-			puts_(o, "\\\\");
+			esc[1] = (char)c;
+			put(o, esc, 2);
+			break;
+		case '\b':
+			puts_(o, "\\b");
+			break;
+		case '\f':
+			puts_(o, "\\f");
 			break;
 		case '\n':
 			puts_(o, "\\n");
@@ -147,12 +270,18 @@ static void json_str(struct out *o, const char *s)
 			puts_(o, "\\t");
 			break;
 		default:
-			if (c < 0x20 || c == 0x7f)
-				putf(o, "\\u%04x", c);
-			else
-				put(o, (const char *)&c, 1);
+			if (c < 0x80) { /* other C0, and DEL for good measure */
+				esc[4] = hex[c >> 4];
+				esc[5] = hex[c & 15];
+				put(o, esc, 6);
+			} else {
+				puts_(o, repl);
+			}
 		}
+		s += c < 0x80 ? 1 : skip;
+		run = s;
 	}
+	put(o, (const char *)run, (size_t)(s - run));
 	puts_(o, "\"");
 }
 

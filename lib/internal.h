@@ -20,7 +20,6 @@
 #define _LGPL_SOURCE
 #endif
 #include <urcu-bp.h>
-#include <urcu/rculfhash.h>
 #include <urcu/rculist.h>
 #include <urcu/wfcqueue.h>
 
@@ -32,6 +31,7 @@
 #include "../queue/alloc.h"
 #include "../queue/annotate.h"
 #include "../queue/fq.h"
+#include "probes.h"
 
 #define CACHELINE FQ_CACHELINE
 
@@ -44,13 +44,6 @@ extern int fanout__rcu_token;
 		FQ_HANDOFF_RELEASE(&fanout__rcu_token);                        \
 		rcu_read_unlock();                                             \
 	} while (0)
-
-/* Iterate a cds_lfht without liburcu's for_each_entry, whose container_of
- * on the terminating NULL is undefined behaviour (UBSan flags it). */
-#define fanout__lfht_for_each(ht, iter, node)                                  \
-	for (cds_lfht_first((ht), (iter));                                     \
-	     ((node) = cds_lfht_iter_get_node(iter)) != NULL;                  \
-	     cds_lfht_next((ht), (iter)))
 
 /* Which result strings of a child were allocated by fanout_set_*(). */
 #define OWN_ERROR 0x1u
@@ -78,6 +71,7 @@ extern int fanout__rcu_token;
 #define PEND_RUN 0x4u  /* someone claimed running the callback */
 
 struct fanout_timer;
+struct fanout_table;
 
 enum rec_state { REC_RUNNING = 0, REC_FINISHED = 1 };
 
@@ -148,15 +142,24 @@ struct record {
 	uint8_t *owned;			/* C: per child, OWN_* bits */
 	struct progress_slot *progress; /* I: nrunners slots */
 	unsigned nrunners;		/* I: tokens + the fanout_run caller */
+	/* I: the record of the child that started this delegation (the
+	 * calling thread's fanout__current() at alloc), NULL at top level.
+	 * Lifetime: a synchronous record's parent outlives it, because the
+	 * parent child sits in fanout_run until this record has finished; a
+	 * background record's parent may finish and be freed first, so it is
+	 * followed only from synchronous records (engine.c,
+	 * waits_for_caller()). */
+	struct record *parent;
 	/* I: copied into the event by the finaliser, so dispatch never
 	 * touches the event's lines (the finaliser writes them anyway). */
 	const char *context;
 	const char *session_key;
 	void *user;
 	fanout_id parent_id; /* I: record whose child started this one, or 0 */
-	uint64_t deadline;   /* I: absolute, fq_now_ns(); 0 = none */
-	unsigned join;	     /* I: FANOUT_JOIN_* */
-	unsigned quorum;     /* I: completed children that end a QUORUM */
+	uint64_t parent_engine; /* I: that record's engine's serial */
+	uint64_t deadline;	/* I: absolute, fq_now_ns(); 0 = none */
+	unsigned join;		/* I: FANOUT_JOIN_* */
+	unsigned quorum;	/* I: completed children that end a QUORUM */
 	struct record *dl_next; /* A: the timer's inbox link (timer.c) */
 	/* A: a child of this record started a delegation (the cancel tree
 	 * scans for it only then; see tree.c). */
@@ -177,7 +180,6 @@ struct record {
 	_Atomic uint32_t places; /* A: children holding a max_children place */
 	_Atomic uint32_t parked; /* A: tokens waiting for a place */
 	_Atomic uint32_t ncompleted; /* A: completed children (QUORUM) */
-	struct cds_lfht_node node;   /* table linkage (liburcu) */
 	struct rcu_head rcu;	     /* deferred free */
 	struct cds_wfcq_node qnode;  /* sink linkage */
 	uint64_t finish_seq;	     /* F: position among finished records */
@@ -198,36 +200,44 @@ struct record {
 struct fanout_sink {
 	/* Producers: enqueue + signal. */
 	struct cds_wfcq_tail tail __attribute__((aligned(CACHELINE)));
-	_Atomic uint32_t pending; /* A: accepted delegations still to publish */
-	struct fq_ec ec;	  /* A: consumers waiting in fanout_wait */
-	_Atomic bool fd_used;	  /* A: fanout_sink_fd() was called */
-	_Atomic bool armed;	  /* A: the eventfd is (about to be) readable */
+	struct fq_ec ec;      /* A: consumers waiting in fanout_wait */
+	_Atomic bool fd_used; /* A: fanout_sink_fd() was called */
+	_Atomic bool armed;   /* A: the eventfd is (about to be) readable */
 
 	/* Consumer side. */
 	struct cds_wfcq_head head __attribute__((aligned(CACHELINE)));
 	_Atomic bool busy; /* A: a consumer is inside poll/wait */
 
 	struct fanout_engine *e;   /* I */
+	uint32_t fork_gen;	   /* I: fanout__fork_gen at creation */
 	int efd;		   /* I */
 	bool is_default;	   /* I */
-	struct cds_lfht_node node; /* in e->sinks */
+	struct cds_list_head node; /* in e->sinks: RCU list, tree.c lock */
 	struct rcu_head rcu;
+
+	/* Back-pressure (sink.c): touched by dispatchers and the consumer -
+	 * often one thread - never by the publishing worker, so it has its
+	 * own line, away from the producers' tail and the consumer's head.
+	 * A: accepted delegations whose event has not been TAKEN yet (still
+	 * running, or published and queued here); at most max_pending. */
+	_Atomic uint32_t untaken __attribute__((aligned(CACHELINE)));
+	uint32_t max_pending; /* I: fanout_config.max_pending */
 };
 
 struct fanout_engine {
 	/* I: configuration after defaults. */
 	struct fanout_config cfg;
 	struct fq *q;
-	struct cds_lfht *table; /* records by id */
-	struct cds_lfht *sinks; /* sinks by address */
+	struct fanout_table *table; /* records by id (table.c) */
+	struct cds_list_head sinks; /* A: RCU list; writers: tree.c lock */
 	struct fanout_sink *default_sink;
 	_Atomic(struct record *) *kept;	      /* A: cfg.keep_completed slots */
 	_Atomic uint64_t *st_worker_children; /* I pointer; per worker, W */
 	unsigned max_tokens; /* I: min(workers, max_children) */
+	uint32_t fork_gen;   /* I: fanout__fork_gen at creation (fork.c) */
 
 	/* Touched only by dispatching threads. */
-	_Atomic uint64_t next_id __attribute__((aligned(CACHELINE)));
-	_Atomic uint64_t st_dispatched;
+	_Atomic uint64_t st_dispatched __attribute__((aligned(CACHELINE)));
 	_Atomic uint64_t st_runs;
 
 	/* Touched by dispatchers and finalisers alike: their own line. */
@@ -255,6 +265,7 @@ struct fanout_engine {
 
 	/* Every engine, for the cancel tree (tree.c). */
 	struct cds_list_head engines_node;
+	uint64_t serial; /* I: unique per process, never reused (tree.c) */
 
 	/* Large record blocks kept for reuse (alloc.c): taken by dispatch,
 	 * given back by the call_rcu callbacks that free records. */
@@ -270,6 +281,7 @@ void fanout__active_put(struct fanout_engine *e, uint32_t n);
 
 /* join.c */
 struct fanout_child *fanout__current(void);
+void fanout__forget_child(void);
 void fanout__run_token(struct fq_work *w);
 bool fanout__help_step(struct fanout_engine *e);
 int fanout__cancel_rec(struct record *rec, unsigned how);
@@ -289,10 +301,13 @@ int fanout__timer_start(struct fanout_engine *e);
 void fanout__timer_add(struct fanout_engine *e, struct record *rec);
 void fanout__timer_done(struct fanout_engine *e);
 void fanout__timer_stop(struct fanout_engine *e);
+void fanout__timer_forget(struct fanout_engine *e);
 
 /* tree.c */
 void fanout__engines_add(struct fanout_engine *e);
 void fanout__engines_del(struct fanout_engine *e);
+void fanout__engines_lock(void);
+void fanout__engines_unlock(void);
 void fanout__tree_cancel(struct record *rec, unsigned how);
 /* Chunk size: about 8 claims per runner, so runners stay balanced while
  * `claim` is touched once per chunk, not once per child (and `remaining`
@@ -306,6 +321,7 @@ static inline uint32_t fanout__chunk_for(unsigned n, unsigned runners)
 
 /* table.c */
 int fanout__table_init(struct fanout_engine *e);
+int fanout__table_reserve(struct fanout_engine *e, struct record *rec);
 void fanout__table_insert(struct fanout_engine *e, struct record *rec);
 struct record *fanout__table_find(struct fanout_engine *e, fanout_id id);
 void fanout__table_retire(struct fanout_engine *e, struct record *rec);
@@ -318,6 +334,29 @@ void fanout__table_destroy(struct fanout_engine *e);
 /* sink.c */
 int fanout__sink_new(struct fanout_engine *e, bool is_default,
 		     struct fanout_sink **out);
+unsigned fanout__sinks_full(struct fanout_engine *e, bool *default_full);
+
+/* Take a place on @s for a delegation about to be accepted (its event will
+ * give it back when taken); false, with nothing changed, at max_pending.
+ * relaxed: an admission count, like max_async - the RMW's atomicity is the
+ * bound, and nothing is published through it (the event goes through the
+ * queue).  A refused caller's transient +1 can only make a concurrent
+ * dispatch see the sink full a moment early, never let one past it. */
+static inline bool fanout__sink_hold(struct fanout_sink *s)
+{
+	if (atomic_fetch_add_explicit(&s->untaken, 1, memory_order_relaxed) <
+	    s->max_pending)
+		return true;
+	atomic_fetch_sub_explicit(&s->untaken, 1, memory_order_relaxed);
+	return false;
+}
+
+/* Give back a place taken by fanout__sink_hold() (a dispatch that failed
+ * later, or an event taken).  relaxed: as above. */
+static inline void fanout__sink_unhold(struct fanout_sink *s)
+{
+	atomic_fetch_sub_explicit(&s->untaken, 1, memory_order_relaxed);
+}
 void fanout__sink_publish(struct fanout_sink *s, struct record *rec);
 int fanout__sinks_init(struct fanout_engine *e);
 void fanout__sinks_destroy(struct fanout_engine *e);
@@ -327,6 +366,19 @@ extern _Atomic long fanout__fail_eventfd_at;
 char *fanout__str_dup(const char *s, size_t len);
 void fanout__str_free(const char *s);
 void fanout__mark_strings(struct record *rec);
+
+/* fork.c */
+extern _Atomic uint32_t fanout__fork_gen;
+int fanout__fork_init(void);
+void fanout__fork_forget_sinks(struct fanout_engine *e);
+
+/* Was the object stamped with @gen created in an ancestor process (it
+ * crossed a fork())?  relaxed: exact, see "Inherited engines" in fork.c. */
+static inline bool fanout__inherited(uint32_t gen)
+{
+	return atomic_load_explicit(&fanout__fork_gen, memory_order_relaxed) !=
+	       gen;
+}
 
 static inline double fanout__bits_to_double(uint64_t b)
 {
@@ -343,6 +395,17 @@ static inline uint64_t fanout__double_to_bits(double d)
 		double d;
 	} v = {.d = d};
 	return v.u;
+}
+
+/*
+ * Bump a statistic of fanout_stats().  relaxed: counters only; nothing is
+ * read through them, each is exact once the engine is quiet, and the one
+ * ordering stats promise (completed <= dispatched + runs) comes from the
+ * release increment of st_completed in finalise (join.c).
+ */
+static inline void fanout__stat_add(_Atomic uint64_t *counter, uint64_t n)
+{
+	atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
 }
 
 /* Add a finished child's cost to the record's running sum (lookup). */

@@ -54,6 +54,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 
 static FQ_TLS struct fanout_child *tls_child;
@@ -61,6 +62,11 @@ static FQ_TLS struct fanout_child *tls_child;
 struct fanout_child *fanout__current(void)
 {
 	return tls_child;
+}
+
+void fanout__forget_child(void)
+{
+	tls_child = NULL; /* fork.c: a forked process starts at top level */
 }
 
 /* -------------------------------------------------------------- finalise */
@@ -145,7 +151,9 @@ static void finalise(struct record *rec)
 	ev->ninterrupted = ni;
 	ev->cancelled = (cancel & CANCEL_BY_CALLER) != 0;
 	ev->timed_out = (cancel & CANCEL_TIMEDOUT) != 0;
-	ev->interrupted_by_policy = (cancel & CANCEL_POLICY) != 0;
+	/* Only when the policy stopped something: a quorum reached by the
+	 * last child interrupted nothing. */
+	ev->interrupted_by_policy = (cancel & CANCEL_POLICY) && ni;
 	if (nc) {
 		ev->status = FANOUT_COMPLETED;
 		ev->error = NULL;
@@ -164,6 +172,7 @@ static void finalise(struct record *rec)
 		ev->status = FANOUT_ERROR;
 		ev->error = "no child completed";
 	}
+	FANOUT_PROBE_BATCH_DONE(rec->id, ev->status, nc, ne, ni);
 	/* relaxed: finish_seq needs only the RMW's total order (it is read by
 	 * other finalisers through the kept[] CAS, acq_rel).  release on
 	 * st_completed: pairs with the acquire load in fanout_stats(), which
@@ -334,6 +343,8 @@ static bool run_child(struct record *rec, unsigned i, uint64_t *clock,
 	/* owned[i] is 0 from rec_alloc; it is written only when a string is
 	 * set, so neighbouring runners do not bounce its line. */
 	tls_child = &c;
+	if (FANOUT_PROBE_CHILD_START_ENABLED()) /* sched_getcpu: traced only */
+		FANOUT_PROBE_CHILD_START(rec->id, i, sched_getcpu());
 	rc = t->fn(&c, t->arg);
 	tls_child = prev;
 	t1 = fq_cycles();
@@ -344,6 +355,7 @@ static bool run_child(struct record *rec, unsigned i, uint64_t *clock,
 		fanout__give_place(rec);
 	r->duration_ns = fq_cycles_to_ns(t1 - c.t0);
 	st = fanout__set_outcome(rec, i, r, rc);
+	FANOUT_PROBE_CHILD_DONE(rec->id, i, st, r->duration_ns);
 	fanout__cost_add(rec, r->cost);
 	if (rec->join != FANOUT_JOIN_ALL)
 		fanout__after_child(rec, st);
@@ -405,9 +417,8 @@ static void runner_done(struct record *rec, struct progress_slot *prog,
 	struct fanout_engine *e = rec->e;
 	int self;
 
-	if (t->skipped) /* relaxed: a statistic */
-		atomic_fetch_add_explicit(&e->st_skipped, t->skipped,
-					  memory_order_relaxed);
+	if (t->skipped)
+		fanout__stat_add(&e->st_skipped, t->skipped);
 	self = fq_self(e->q);
 	if (self >= 0) {
 		_Atomic uint64_t *cnt = &e->st_worker_children[self];
@@ -417,9 +428,8 @@ static void runner_done(struct record *rec, struct progress_slot *prog,
 			atomic_load_explicit(cnt, memory_order_relaxed) +
 				t->ran,
 			memory_order_relaxed);
-	} else if (t->ran) { /* relaxed: a statistic */
-		atomic_fetch_add_explicit(&e->st_helper_children, t->ran,
-					  memory_order_relaxed);
+	} else if (t->ran) {
+		fanout__stat_add(&e->st_helper_children, t->ran);
 	}
 	if (!t->done)
 		return;
@@ -610,8 +620,11 @@ void fanout__run_token(struct fq_work *w)
  * chunk counts in the join, so the record cannot finish (and the engine
  * cannot stop its queue) under that submit; we hold a reference of our
  * own meanwhile, since the token's travels with it.  The helper takes no
- * progress slot: lookup counts its chunk once it is subtracted.  A record
- * whose children defer is left to the workers (places, parking).
+ * progress slot: lookup counts its chunk once it is subtracted.  Two
+ * cases run more than one chunk here: no ring credit to put the token
+ * back with (concurrent dispatches took every one), and a record whose
+ * children defer (their starts are quick; places and parking govern
+ * them); fanout.h says so.
  * Returns false when there was no token to take.
  */
 bool fanout__help_step(struct fanout_engine *e)
@@ -666,9 +679,7 @@ static unsigned claim_rest(struct record *rec, uint32_t cancel)
 	for (i = old; i < n; i++)
 		skip_child(rec, i, cancel);
 	release_parked(rec);
-	/* relaxed: a statistic */
-	atomic_fetch_add_explicit(&rec->e->st_skipped, n - old,
-				  memory_order_relaxed);
+	fanout__stat_add(&rec->e->st_skipped, n - old);
 	fanout__join_sub(rec, n - old);
 	return n - old;
 }
@@ -705,10 +716,9 @@ int fanout__cancel_rec(struct record *rec, unsigned how)
 				       memory_order_seq_cst);
 	if (old & CANCEL_FINAL)
 		return -EALREADY; /* the finaliser already read the bits */
-	if (!(old & CANCEL_BY_CALLER) &&
-	    (bits & CANCEL_BY_CALLER)) /* relaxed: a statistic */
-		atomic_fetch_add_explicit(&rec->e->st_cancelled, 1,
-					  memory_order_relaxed);
+	FANOUT_PROBE_CANCEL(rec->id, bits);
+	if (!(old & CANCEL_BY_CALLER) && (bits & CANCEL_BY_CALLER))
+		fanout__stat_add(&rec->e->st_cancelled, 1);
 	claim_rest(rec, old | bits);
 	if (bits & FANOUT_CANCEL_INTERRUPT) {
 		fanout__pendings_cancel(rec, old | bits);

@@ -103,6 +103,8 @@ static void abandon(struct fanout_pending *p, uint32_t cancel)
 			   "abandoned: the delegation was interrupted";
 	r->duration_ns = fq_cycles_to_ns(fq_cycles() - p->t0);
 	fanout__cost_add(rec, r->cost);
+	FANOUT_PROBE_CHILD_DONE(p->id, p->index, FANOUT_INTERRUPTED,
+				r->duration_ns);
 	finish_tail(rec, FANOUT_INTERRUPTED);
 }
 
@@ -179,6 +181,7 @@ struct fanout_pending *fanout_defer(struct fanout_child *c)
 	} while (!atomic_compare_exchange_weak_explicit(&rec->pendings, &head,
 							p, memory_order_seq_cst,
 							memory_order_relaxed));
+	FANOUT_PROBE_DEFER(p->id, p->index);
 	cancel = atomic_load_explicit(&rec->cancel, memory_order_seq_cst);
 	if ((cancel & FANOUT_CANCEL_ABANDON) && !(cancel & CANCEL_FINAL))
 		abandon(p, cancel);
@@ -244,6 +247,8 @@ int fanout_complete(struct fanout_pending *p, const struct fanout_outcome *o)
 	fanout__cost_add(rec, o->cost);
 	r->duration_ns = fq_cycles_to_ns(fq_cycles() - p->t0);
 	st = fanout__set_outcome(rec, p->index, r, code);
+	FANOUT_PROBE_COMPLETE(p->id, p->index, r->code);
+	FANOUT_PROBE_CHILD_DONE(p->id, p->index, st, r->duration_ns);
 	finish_tail(rec, st);
 	fanout__pending_put(p);
 	return ret;
@@ -290,6 +295,13 @@ int fanout_pending_on_cancel(struct fanout_pending *p,
 			       memory_order_acq_rel, memory_order_relaxed))
 			;
 		run = !(s & (PEND_RUN | PEND_DONE));
+		/* Finished (abandoned) between our CB and our RUN claim, with
+		 * nobody running fn: it never will (found by
+		 * tests/models/pending_finish.pml, FIX=0). */
+		if ((s & PEND_DONE) && !(s & PEND_RUN)) {
+			fanout__read_unlock();
+			return -EALREADY;
+		}
 	}
 	fanout__read_unlock();
 	if (run)

@@ -89,30 +89,6 @@ void fanout__active_put(struct fanout_engine *e, uint32_t n)
 
 /* ------------------------------------------------------------ allocation */
 
-static uint64_t mix64(uint64_t x)
-{
-	/* A bijection (splitmix64's finaliser): distinct counters give
-	 * distinct, well-spread ids, which is also the hash table key. */
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
-}
-
-static fanout_id new_id(struct fanout_engine *e)
-{
-	fanout_id id;
-
-	do {
-		/* relaxed: uniqueness needs only the RMW's atomicity. */
-		id = mix64(atomic_fetch_add_explicit(&e->next_id, 1,
-						     memory_order_relaxed));
-	} while (!id);
-	return id;
-}
-
 static size_t str_size(const char *s)
 {
 	return s ? strlen(s) + 1 : 0;
@@ -137,6 +113,7 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	/* Head fields the memset below leaves 0/NULL/false: pendings,
 	 * deferring, npending, places, parked, ncompleted, has_kids,
 	 * parent_id, deadline, dl_next; the caller sets what it needs. */
+	struct fanout_child *cur = fanout__current();
 	unsigned n = b->ntasks, i;
 	size_t strings = str_size(b->context) + str_size(b->session_key);
 	size_t head = sizeof(struct record) + n * sizeof(struct fanout_result);
@@ -157,6 +134,7 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	 * writes no line it need not. */
 	memset(rec, 0, offsetof(struct record, claim));
 	rec->e = e;
+	rec->parent = cur ? cur->rec : NULL;
 	rec->alloc_size = size;
 	rec->ntasks = n;
 	rec->depth = depth;
@@ -195,9 +173,11 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	atomic_init(&rec->state, REC_RUNNING);
 	atomic_init(&rec->done_word, 0);
 	atomic_init(&rec->cost_bits, 0);
-	cds_lfht_node_init(&rec->node);
 	cds_wfcq_node_init(&rec->qnode);
-	rec->id = new_id(e);
+	if (fanout__table_reserve(e, rec)) { /* gives rec->id */
+		fa_cache_free(&e->blocks, rec, size);
+		return NULL;
+	}
 	rec->dispatched_ns = fq_now_ns();
 	return rec;
 }

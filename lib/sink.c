@@ -6,7 +6,7 @@
  * Which operations may run concurrently on ONE sink:
  *
  *                     publish  poll/wait  sink_fd  destroy
- *   publish (finaliser) yes     yes        yes      no (pending > 0 => -EBUSY)
+ *   publish (finaliser) yes     yes        yes      no (unpublished => -EBUSY)
  *   fanout_poll/wait    yes     -EBUSY     yes      no
  *   fanout_sink_fd      yes     yes        yes      no
  *   fanout_sink_destroy no      no         no       no
@@ -25,13 +25,27 @@
  * publish enqueues, then fq_ec_signal bumps the sequence and wakes if anyone
  * announced.  No lost wakeup.
  *
- * Destroy.  `pending` counts accepted delegations that will publish here
- * (not kept for the default sink, which fanout_sink_destroy refuses).
- * A publisher drops its unit before it enqueues, but it does all of its
- * publishing inside the RCU read lock; fanout_sink_destroy() only unlinks
- * the sink and hands it to call_rcu, whose callback drains and frees it
- * after the grace period, when no publisher can still be inside.  So a
- * consumer that took the last event may destroy the sink at once.
+ * Back-pressure.  `untaken` counts accepted delegations whose event has
+ * not been taken: dispatch adds 1 before it accepts (fanout__sink_hold,
+ * refusing at max_pending with nothing else taken yet), take() subtracts 1
+ * when poll/wait hands the event out.  So the records a sink can hold -
+ * running, or finished and queued - never exceed max_pending, whoever
+ * drains it or not (README, "Memory").  One RMW per dispatch and one per
+ * take, both on the sink's own back-pressure line; the publishing worker
+ * touches no count at all.
+ *
+ * Destroy.  The delegations that will still publish here are the untaken
+ * ones not queued yet: fanout_sink_destroy() counts the queue and refuses
+ * (-EBUSY) while that is fewer than `untaken`.  Both figures are stable
+ * against the caller (destroy must not race dispatches to or takes from
+ * this sink, so those happen before it), and the queue only grows, so a
+ * count that reaches `untaken` means every publisher has at least done its
+ * enqueue.  It does the rest of its publishing (signal, eventfd) inside
+ * the RCU read lock, and fanout_sink_destroy() only unlinks the sink and
+ * hands it to call_rcu, whose callback drains and frees it after the grace
+ * period, when no publisher can still be inside.  So a consumer that took
+ * the last event may destroy the sink at once, and queued events nobody
+ * took are freed with it.
  *
  * eventfd.  `armed` means "the eventfd is readable, or a write is on its
  * way".  Only the consumer disarms, and it reads (clears) the eventfd
@@ -58,16 +72,6 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-
-static unsigned long ptr_hash(const void *p)
-{
-	uint64_t x = (uint64_t)(uintptr_t)p;
-
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	return (unsigned long)x;
-}
 
 /* Injection point for fault tests: the k-th eventfd() fails. */
 _Atomic long fanout__fail_eventfd_at;
@@ -100,17 +104,18 @@ int fanout__sink_new(struct fanout_engine *e, bool is_default,
 	}
 	cds_wfcq_init(&s->head, &s->tail);
 	fq_ec_init(&s->ec);
-	atomic_init(&s->pending, 0);
+	atomic_init(&s->untaken, 0);
+	s->max_pending = e->cfg.max_pending;
 	atomic_init(&s->fd_used, false);
 	atomic_init(&s->armed, false);
 	atomic_init(&s->busy, false);
 	s->e = e;
+	s->fork_gen = e->fork_gen;
 	s->is_default = is_default;
-	cds_lfht_node_init(&s->node);
-	fanout__read_lock();
 	FQ_HANDOFF_RELEASE(s);
-	cds_lfht_add(e->sinks, ptr_hash(s), &s->node);
-	fanout__read_unlock();
+	fanout__engines_lock(); /* writers of the RCU list: tree.c */
+	cds_list_add_rcu(&s->node, &e->sinks);
+	fanout__engines_unlock();
 	*out = s;
 	return 0;
 }
@@ -146,12 +151,10 @@ static void arm(struct fanout_sink *s)
 
 void fanout__sink_publish(struct fanout_sink *s, struct record *rec)
 {
-	/* release: pairs with fanout_sink_destroy's acquire read.  Dropping
-	 * `pending` first is safe because the caller (the finaliser) holds
-	 * the RCU read lock: a sink destroyed from now on is drained and freed
-	 * only after a grace period, i.e. after this publish has finished. */
-	if (!s->is_default) /* the default sink keeps no count (dispatch) */
-		atomic_fetch_sub_explicit(&s->pending, 1, memory_order_release);
+	/* The caller (the finaliser) holds the RCU read lock: a sink that
+	 * fanout_sink_destroy() lets go once this enqueue is visible is
+	 * drained and freed only after a grace period, i.e. after this
+	 * publish has finished. */
 	FQ_HANDOFF_RELEASE(rec);
 	cds_wfcq_enqueue(&s->head, &s->tail, &rec->qnode);
 	/* full barrier (seq_cst RMW) between the enqueue and the reads of
@@ -176,6 +179,7 @@ static struct record *take(struct fanout_sink *s)
 		return NULL;
 	rec = caa_container_of(node, struct record, qnode);
 	FQ_HANDOFF_ACQUIRE(rec);
+	fanout__sink_unhold(s); /* the event is taken: its place is free */
 	/* release: the finaliser may not have stored FINISHED yet; a lookup
 	 * after we hand the event out must see it finished (join.c, finalise). */
 	atomic_store_explicit(&rec->state, REC_FINISHED, memory_order_release);
@@ -214,6 +218,8 @@ int fanout_poll(struct fanout_sink *s, struct fanout_event **ev)
 
 	if (!s || !ev)
 		return -EINVAL;
+	if (fanout__inherited(s->fork_gen))
+		return -EOWNERDEAD; /* see fanout.h, "Fork" */
 	if (!enter(s))
 		return -EBUSY;
 	rec = take(s);
@@ -234,84 +240,84 @@ static uint64_t spin_end(struct fq *q, uint64_t now, uint64_t deadline)
 	return deadline && end > deadline ? deadline : end;
 }
 
-int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
-{
-	uint64_t deadline = 0, spin_until, now;
-	struct record *rec;
+/*
+ * fanout_wait in steps.  A waiter takes an event if there is one; else, on
+ * a FANOUT_WAIT_HELPS engine at top level, runs one chunk of queued work;
+ * else spins (WAIT_SPIN_CHECKS cheap emptiness checks between clock reads,
+ * until spin_ns is over); else sleeps on the sink's eventcount until an
+ * event is published or the deadline passes.  Each step is a function.
+ */
+#define WAIT_SPIN_CHECKS 64 /* emptiness checks between two clock reads */
+#define WAIT_YIELD_EVERY 8  /* while tokens wait, yield every 8th check */
+
+struct waiter {
+	struct fanout_sink *s;
 	struct fq *q;
-	bool helps;
+	uint64_t deadline;   /* CLOCK_MONOTONIC ns; 0 = none */
+	uint64_t spin_until; /* spin until then, sleep after */
+	bool helps;	     /* FANOUT_WAIT_HELPS and not inside a child */
+};
 
-	if (!s || !ev)
-		return -EINVAL;
-	if (timeout_ms == 0)
-		return fanout_poll(s, ev);
-	if (!enter(s))
-		return -EBUSY;
-	rec = take(s); /* the common case under load: no clock read at all */
-	if (rec) {
-		leave(s);
-		*ev = &rec->ev;
+static bool sink_empty(struct fanout_sink *s)
+{
+	return cds_wfcq_empty(&s->head, &s->tail);
+}
+
+/* Run one helped chunk.  1: helped (look again); 0: nothing to help with;
+ * -1: the deadline passed meanwhile.  The clock is read only when the
+ * chunk did not publish our event. */
+static int wait_help(struct waiter *w)
+{
+	uint64_t now;
+
+	if (!fanout__help_step(w->s->e))
 		return 0;
-	}
-	q = s->e->q;
-	/* Helping only at the top level: a child waiting on a sink must not
-	 * grow its stack with unrelated children (see fanout.h). */
-	helps = (s->e->cfg.flags & FANOUT_WAIT_HELPS) && !fanout__current();
-	fq_note_app_cpu(q); /* we are about to spin for an event */
+	if (!sink_empty(w->s))
+		return 1;
 	now = fq_now_ns();
-	if (timeout_ms > 0)
-		deadline = now + (uint64_t)timeout_ms * 1000000ull;
-	spin_until = spin_end(q, now, deadline);
-	for (;;) {
-		uint32_t v;
+	if (w->deadline && now >= w->deadline)
+		return -1;
+	w->spin_until = spin_end(w->q, now, w->deadline);
+	return 1;
+}
 
-		rec = take(s);
-		if (rec)
-			break;
-		if (helps && fanout__help_step(s->e)) {
-			/* The chunk may have published our event; the clock
-			 * is read only when it did not. */
-			if (!cds_wfcq_empty(&s->head, &s->tail))
-				continue;
-			now = fq_now_ns();
-			if (deadline && now >= deadline)
-				goto last_look;
-			spin_until = spin_end(q, now, deadline);
-			continue;
-		}
-		if (fq_now_ns() < spin_until) {
-			/* Spin: the cheap emptiness checks, between clock
-			 * reads. */
-			unsigned k;
+/* Spin a little.  With more runnable threads than CPUs, a waiter must not
+ * keep the worker that would publish its event off the CPU: while tokens
+ * wait in the ring, it yields every WAIT_YIELD_EVERY checks. */
+static void wait_spin(const struct waiter *w)
+{
+	unsigned k;
 
-			for (k = 0;
-			     k < 64 && cds_wfcq_empty(&s->head, &s->tail) &&
-			     !(helps && fq_pending(q));
-			     k++) {
-				if ((k & 7) == 7 && fq_pending(q))
-					sched_yield();
-				else
-					fq_spin_relax(k);
-			}
-			continue;
-		}
-		v = fq_ec_prepare(&s->ec);
-		if (!cds_wfcq_empty(&s->head, &s->tail)) {
-			fq_ec_done(&s->ec);
-			continue;
-		}
-		if (!fq_ec_wait(&s->ec, v, deadline)) {
-			fq_ec_done(&s->ec);
-			goto last_look;
-		}
-		fq_ec_done(&s->ec);
+	for (k = 0; k < WAIT_SPIN_CHECKS && sink_empty(w->s) &&
+		    !(w->helps && fq_pending(w->q));
+	     k++) {
+		if (k % WAIT_YIELD_EVERY == WAIT_YIELD_EVERY - 1 &&
+		    fq_pending(w->q))
+			sched_yield();
+		else
+			fq_spin_relax(k);
 	}
-	leave(s);
-	*ev = &rec->ev;
-	return 0;
+}
 
-last_look: /* the deadline passed: one last look, then -ETIMEDOUT */
-	rec = take(s);
+/* Sleep until a publisher signals or the deadline passes (false). */
+static bool wait_sleep(const struct waiter *w)
+{
+	uint32_t v = fq_ec_prepare(&w->s->ec);
+	bool woke = true;
+
+	/* Re-check after announcing ourselves: a publish before the
+	 * announcement is seen here, one after it signals (fq.c). */
+	if (sink_empty(w->s))
+		woke = fq_ec_wait(&w->s->ec, v, w->deadline);
+	fq_ec_done(&w->s->ec);
+	return woke;
+}
+
+/* The deadline passed: one last look, then -ETIMEDOUT. */
+static int wait_timed_out(struct fanout_sink *s, struct fanout_event **ev)
+{
+	struct record *rec = take(s);
+
 	if (!rec)
 		disarm(s);
 	leave(s);
@@ -321,10 +327,56 @@ last_look: /* the deadline passed: one last look, then -ETIMEDOUT */
 	return 0;
 }
 
+int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
+{
+	struct waiter w = {.s = s};
+	struct record *rec;
+	uint64_t now;
+	int helped;
+
+	if (!s || !ev)
+		return -EINVAL;
+	if (timeout_ms == 0 || fanout__inherited(s->fork_gen))
+		return fanout_poll(s, ev); /* which refuses an inherited s */
+	if (!enter(s))
+		return -EBUSY;
+	rec = take(s); /* the common case under load: no clock read at all */
+	if (rec)
+		goto out;
+	w.q = s->e->q;
+	/* Helping only at the top level: a child waiting on a sink must not
+	 * grow its stack with unrelated children (see fanout.h). */
+	w.helps = (s->e->cfg.flags & FANOUT_WAIT_HELPS) && !fanout__current();
+	fq_note_app_cpu(w.q); /* we are about to spin for an event */
+	now = fq_now_ns();
+	if (timeout_ms > 0)
+		w.deadline = now + (uint64_t)timeout_ms * 1000000ull;
+	w.spin_until = spin_end(w.q, now, w.deadline);
+	while (!(rec = take(s))) {
+		helped = w.helps ? wait_help(&w) : 0;
+		if (helped < 0)
+			return wait_timed_out(s, ev);
+		if (helped)
+			continue;
+		if (fq_now_ns() < w.spin_until)
+			wait_spin(&w);
+		else if (!wait_sleep(&w))
+			return wait_timed_out(s, ev);
+	}
+out:
+	leave(s);
+	*ev = &rec->ev;
+	return 0;
+}
+
 int fanout_sink_fd(struct fanout_sink *s)
 {
 	if (!s)
 		return -EINVAL;
+	/* The eventfd is shared with the parent: reading it here would steal
+	 * the parent's wakeups. */
+	if (fanout__inherited(s->fork_gen))
+		return -EOWNERDEAD;
 	/* relaxed: only a shortcut; the seq_cst store below is the real
 	 * publication, and storing true twice is harmless. */
 	if (!atomic_load_explicit(&s->fd_used, memory_order_relaxed)) {
@@ -353,6 +405,8 @@ int fanout_sink_create(struct fanout_engine *e, struct fanout_sink **out)
 {
 	if (!e || !out)
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
 	/* acquire: pairs with the seq_cst exchange in fanout_shutdown(); a
 	 * sink created concurrently with shutdown is harmless either way. */
 	if (atomic_load_explicit(&e->shutting, memory_order_acquire))
@@ -384,51 +438,91 @@ static void sink_free_rcu(struct rcu_head *head)
 
 static void sink_unlink(struct fanout_sink *s)
 {
-	fanout__read_lock();
-	cds_lfht_del(s->e->sinks, &s->node);
-	fanout__read_unlock();
+	fanout__engines_lock(); /* writers of the RCU list: tree.c */
+	cds_list_del_rcu(&s->node);
+	fanout__engines_unlock();
 	FQ_HANDOFF_RELEASE(s);
+}
+
+/* Events queued in @s now.  Iterating needs only what dequeue needs
+ * (no concurrent consumer: destroy does not race poll/wait); enqueues may
+ * run alongside, the "blocking" next waits out a half-linked one. */
+static uint32_t queued(struct fanout_sink *s)
+{
+	struct cds_wfcq_node *node;
+	uint32_t n = 0;
+
+	__cds_wfcq_for_each_blocking(&s->head, &s->tail, node) n++;
+	return n;
 }
 
 int fanout_sink_destroy(struct fanout_sink *s)
 {
+	uint32_t untaken;
+
 	if (!s || s->is_default)
 		return -EINVAL;
-	/* acquire: pairs with the release decrement at the end of publish. */
-	if (atomic_load_explicit(&s->pending, memory_order_acquire))
-		return -EBUSY;
+	if (fanout__inherited(s->fork_gen))
+		return -EOWNERDEAD; /* fanout_destroy() frees it */
+	/* relaxed: the dispatches and takes that changed it happen before
+	 * this call (see "Destroy" above); only publishers run alongside, and
+	 * they do not touch it. */
+	untaken = atomic_load_explicit(&s->untaken, memory_order_relaxed);
+	if (untaken && queued(s) < untaken)
+		return -EBUSY; /* some accepted delegation will still publish */
 	sink_unlink(s);
 	call_rcu(&s->rcu, sink_free_rcu);
 	return 0;
 }
 
+/* For fanout_describe_error(): how many sinks of @e are at max_pending
+ * now, and whether the default sink is one of them.  A figure for a human
+ * (relaxed loads, under the read lock that keeps the sinks alive). */
+unsigned fanout__sinks_full(struct fanout_engine *e, bool *default_full)
+{
+	struct cds_list_head *pos;
+	struct fanout_sink *s;
+	unsigned n = 0;
+
+	*default_full = false;
+	fanout__read_lock();
+	cds_list_for_each_rcu(pos, &e->sinks)
+	{
+		s = caa_container_of(pos, struct fanout_sink, node);
+		FQ_HANDOFF_ACQUIRE(s);
+		if (atomic_load_explicit(&s->untaken, memory_order_relaxed) <
+		    s->max_pending)
+			continue;
+		n++;
+		if (s->is_default)
+			*default_full = true;
+	}
+	fanout__read_unlock();
+	return n;
+}
+
 int fanout__sinks_init(struct fanout_engine *e)
 {
-	e->sinks = cds_lfht_new_flavor(16, 16, 0, CDS_LFHT_AUTO_RESIZE,
-				       &urcu_bp_flavor, NULL);
-	return e->sinks ? 0 : -ENOMEM;
+	CDS_INIT_LIST_HEAD(&e->sinks);
+	return 0;
 }
 
 /* Engine destroy: quiescent, every event published. */
 void fanout__sinks_destroy(struct fanout_engine *e)
 {
-	struct cds_lfht_iter iter;
-	struct cds_lfht_node *node;
+	struct cds_list_head *pos, *next;
 	struct fanout_sink *s;
 
-	if (!e->sinks)
-		return;
-	fanout__read_lock();
-	fanout__lfht_for_each(e->sinks, &iter, node) {
-		s = caa_container_of(node, __typeof__(*s), node);
+	/* Quiescent engine: nobody publishes, and no reader walks the list
+	 * (fanout_describe_error is a call on the engine, which must not
+	 * race its destroy); free synchronously so the records the sinks
+	 * release are queued before rcu_barrier. */
+	cds_list_for_each_safe(pos, next, &e->sinks)
+	{
+		s = caa_container_of(pos, struct fanout_sink, node);
 		FQ_HANDOFF_ACQUIRE(s);
-		/* Quiescent engine: nobody publishes; free synchronously so
-		 * the records it releases are queued before rcu_barrier. */
 		sink_unlink(s);
 		drain_and_close(s);
 		fanout__free(s, sizeof(*s));
 	}
-	fanout__read_unlock();
-	cds_lfht_destroy(e->sinks, NULL);
-	e->sinks = NULL;
 }

@@ -1,15 +1,37 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * table.c - the RCU record table: insert, lookup, list, prune.
+ * table.c - the RCU record table: a slot array indexed by the id.
  *
  * WHY IT IS CORRECT
  *
- * Readers.  Lookup and list run inside rcu_read_lock (liburcu's "bulletproof"
- * flavour, which registers a thread lazily on its first read lock, so any
- * application thread may call them unregistered).  They never write and
- * never wait.  A record they find stays readable until they unlock: the
- * last reference is dropped with call_rcu (record.c), which runs only after
- * every read-side section that could have seen the record has ended.
+ * Ids.  A record's id encodes its slot and the slot's generation:
+ * raw = gen << SLOT_BITS | slot, id = raw ^ key, with a random per-engine
+ * key (getrandom), so ids differ between engines, processes and restarts.
+ * A slot's generation grows each time the slot is handed out, so the
+ * (slot, gen) pairs, and hence the ids, never repeat within an engine (40
+ * bits of generation per slot), and the raw value that would give id 0 is
+ * skipped.  Lookup is one index and one compare: no hashing.
+ *
+ * Slots.  Chunks of CHUNK slots are allocated as needed and never freed
+ * before the table is destroyed, so a slot's memory is always valid.
+ * Free slots sit on a Treiber stack whose head carries a tag bumped by
+ * every push and pop (no ABA).  A dispatch pops a slot before its record
+ * is visible (table_reserve, which may fail with -ENOMEM: the dispatch is
+ * then refused with nothing done), stores the record pointer (insert,
+ * release) and sets the slot's bit in its chunk's `used` map; eviction
+ * clears the bit and the pointer and pushes the slot back.
+ *
+ * Readers.  Lookup and list run inside rcu_read_lock (liburcu's
+ * "bulletproof" flavour, which registers a thread lazily on its first read
+ * lock, so any application thread may call them unregistered).  They never
+ * write and never wait.  A record they find stays readable until they
+ * unlock: the last reference is dropped with call_rcu (record.c), which
+ * runs only after every read-side section that could have seen it ended.
+ * A slot may be reused while a reader holds the old pointer: the reader
+ * checks rec->id against the id it looked for, and the old record's memory
+ * is still valid.  List and the scans walk the `used` words of the chunks
+ * allocated so far: their cost is the records plus 16 words per 1024
+ * slots ever used, not the configured capacity.
  *
  * What they read.  Immutable fields (I) directly; `state`, `remaining`,
  * `cancel`, `cost_bits` atomically; the event fields (F) only after an
@@ -24,72 +46,238 @@
  * by the arrival of a record with finish_seq >= r.finish_seq + K in the same
  * slot; finish_seq values are taken in finalisation order, so at least K
  * delegations finished after r: invariant 4 of the design.  Eviction =
- * cds_lfht_del (inside the read lock) + dropping the table's reference.
+ * clearing its slot (inside the read lock) + dropping the table's
+ * reference.
  */
 #include "internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SLOT_BITS 24u
+#define SLOT_MASK ((1u << SLOT_BITS) - 1)
+#define CHUNK_SHIFT 10u
+#define CHUNK (1u << CHUNK_SHIFT)
+#define MAX_CHUNKS (1u << (SLOT_BITS - CHUNK_SHIFT))
+#define GEN_MASK ((1ull << (64 - SLOT_BITS)) - 1)
 
 int fanout__rcu_token;
 
-static int match_id(struct cds_lfht_node *node, const void *key)
-{
-	struct record *rec = caa_container_of(node, struct record, node);
+struct slot_chunk {
+	/* A: bit i set while slot i holds a record (list walks these). */
+	_Atomic uint64_t used[CHUNK / 64];
+	_Atomic(struct record *) rec[CHUNK]; /* A */
+	_Atomic uint64_t gen[CHUNK];	     /* A: bumped per hand-out */
+	_Atomic uint32_t next[CHUNK];	     /* A: free stack link, idx+1 */
+};
 
-	FQ_HANDOFF_ACQUIRE(rec);
-	return rec->id == *(const fanout_id *)key;
+struct fanout_table {
+	uint64_t key;		    /* I: id scramble */
+	_Atomic uint32_t nchunks;   /* A: chunks allocated, grow only */
+	_Atomic uint64_t free_head; /* A: tag << 32 | (slot + 1); 0 = none */
+	_Atomic(struct slot_chunk *) chunk[MAX_CHUNKS]; /* A: set once */
+};
+
+static uint64_t random_key(void)
+{
+	uint64_t k = 0;
+
+	if (getrandom(&k, sizeof(k), GRND_NONBLOCK) != sizeof(k)) {
+		/* No entropy source: still differ between processes. */
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		k = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^
+		    (uint64_t)ts.tv_sec << 20 ^ (uint64_t)getpid() << 40 ^
+		    (uint64_t)(uintptr_t)&k;
+	}
+	return k;
 }
 
 int fanout__table_init(struct fanout_engine *e)
 {
 	unsigned k = e->cfg.keep_completed, i;
-	unsigned long size = 1024;
+	struct fanout_table *t;
 
 	e->kept = fanout__alloc(sizeof(*e->kept) * k);
 	if (!e->kept)
 		return -ENOMEM;
 	for (i = 0; i < k; i++)
 		atomic_init(&e->kept[i], NULL);
-	/* Sized for what it normally holds (running + kept records), so the
-	 * lazy auto-resize never has to catch up on the hot path. */
-	while (size < (unsigned long)e->cfg.max_async + k && size < (1ul << 24))
-		size <<= 1;
-	e->table = cds_lfht_new_flavor(
-		size, size, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
-		&urcu_bp_flavor, NULL);
-	if (!e->table) {
+	t = fanout__alloc(sizeof(*t));
+	if (!t) {
 		fanout__free(e->kept, sizeof(*e->kept) * k);
 		e->kept = NULL;
 		return -ENOMEM;
 	}
+	memset(t, 0, sizeof(*t));
+	t->key = random_key();
+	e->table = t;
 	return 0;
 }
 
-/* Caller holds the read lock.  Ids are unique, so a plain add suffices. */
+static struct slot_chunk *chunk_of(struct fanout_table *t, uint32_t slot)
+{
+	/* acquire: pairs with the release CAS that installed the chunk. */
+	return atomic_load_explicit(&t->chunk[slot >> CHUNK_SHIFT],
+				    memory_order_acquire);
+}
+
+/* Push slots [first, first + n) of one chunk, already linked, as one. */
+static void free_push(struct fanout_table *t, uint32_t first, uint32_t last)
+{
+	struct slot_chunk *c = chunk_of(t, last);
+	uint64_t h = atomic_load_explicit(&t->free_head, memory_order_relaxed);
+	uint64_t nh;
+
+	do {
+		/* relaxed: published by the release CAS below. */
+		atomic_store_explicit(&c->next[last & (CHUNK - 1)], (uint32_t)h,
+				      memory_order_relaxed);
+		nh = ((h >> 32) + 1) << 32 | (first + 1);
+		/* release: the link above is seen by the popper's acquire. */
+	} while (!atomic_compare_exchange_weak_explicit(&t->free_head, &h, nh,
+							memory_order_release,
+							memory_order_relaxed));
+}
+
+/* A new chunk: slot 0 for the caller, the rest onto the free stack. */
+static int grow(struct fanout_table *t, uint32_t *slot)
+{
+	uint32_t n = atomic_load_explicit(&t->nchunks, memory_order_acquire);
+	struct slot_chunk *c, *none = NULL;
+	uint32_t base, i;
+
+	if (n >= MAX_CHUNKS)
+		return -ENOMEM;
+	c = fanout__alloc(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	memset(c, 0, sizeof(*c));
+	base = n << CHUNK_SHIFT;
+	for (i = 1; i + 1 < CHUNK; i++)
+		atomic_init(&c->next[i], base + i + 2);
+	/* release: the zeroed chunk is seen by whoever loads the pointer;
+	 * acquire on failure: another grower's chunk n is installed. */
+	if (!atomic_compare_exchange_strong_explicit(&t->chunk[n], &none, c,
+						     memory_order_release,
+						     memory_order_acquire)) {
+		fanout__free(c, sizeof(*c));
+		/* Wait for the winner to publish the count; then pop. */
+		while (atomic_load_explicit(&t->nchunks,
+					    memory_order_acquire) == n)
+			fq_spin_relax(0);
+		return 1;
+	}
+	/* release: pairs with the walkers' acquire of nchunks. */
+	atomic_store_explicit(&t->nchunks, n + 1, memory_order_release);
+	free_push(t, base + 1, base + CHUNK - 1);
+	*slot = base;
+	return 0;
+}
+
+/* Take a free slot for @rec and give it its id.  0 or -ENOMEM. */
+int fanout__table_reserve(struct fanout_engine *e, struct record *rec)
+{
+	struct fanout_table *t = e->table;
+	uint32_t slot;
+	uint64_t h, gen, raw;
+	struct slot_chunk *c;
+
+	for (;;) {
+		/* acquire: sees the pushed slot's link (free_push). */
+		h = atomic_load_explicit(&t->free_head, memory_order_acquire);
+		if (!(uint32_t)h) {
+			int err = grow(t, &slot);
+
+			if (err < 0)
+				return err;
+			if (err == 0)
+				break;
+			continue;
+		}
+		slot = (uint32_t)h - 1;
+		c = chunk_of(t, slot);
+		/* relaxed: a stale link fails the tagged CAS below. */
+		uint32_t nx = atomic_load_explicit(&c->next[slot & (CHUNK - 1)],
+						   memory_order_relaxed);
+		/* acquire: as the load above, for the next pop. */
+		if (atomic_compare_exchange_weak_explicit(
+			    &t->free_head, &h, ((h >> 32) + 1) << 32 | nx,
+			    memory_order_acquire, memory_order_relaxed))
+			break;
+	}
+	c = chunk_of(t, slot);
+	do {
+		/* relaxed: the slot is ours; the count only has to grow. */
+		gen = atomic_fetch_add_explicit(&c->gen[slot & (CHUNK - 1)], 1,
+						memory_order_relaxed) +
+		      1;
+		raw = (gen & GEN_MASK) << SLOT_BITS | slot;
+	} while ((raw ^ t->key) == 0);
+	rec->id = raw ^ t->key;
+	return 0;
+}
+
+/* Caller holds the read lock. */
 void fanout__table_insert(struct fanout_engine *e, struct record *rec)
 {
+	uint32_t slot = (uint32_t)((rec->id ^ e->table->key) & SLOT_MASK);
+	struct slot_chunk *c = chunk_of(e->table, slot);
+	unsigned i = slot & (CHUNK - 1);
+
 	FQ_HANDOFF_RELEASE(rec);
-	cds_lfht_add(e->table, rec->id, &rec->node);
+	/* release: a reader that loads the pointer sees the record. */
+	atomic_store_explicit(&c->rec[i], rec, memory_order_release);
+	/* release: a walker that sees the bit sees the pointer. */
+	atomic_fetch_or_explicit(&c->used[i / 64], 1ull << (i % 64),
+				 memory_order_release);
 }
 
 /* Caller holds the read lock; the result is valid until it unlocks. */
 struct record *fanout__table_find(struct fanout_engine *e, fanout_id id)
 {
-	struct cds_lfht_iter iter;
-	struct cds_lfht_node *node;
+	struct fanout_table *t = e->table;
+	uint32_t slot = (uint32_t)((id ^ t->key) & SLOT_MASK);
+	struct slot_chunk *c;
+	struct record *rec;
 
-	cds_lfht_lookup(e->table, id, match_id, &id, &iter);
-	node = cds_lfht_iter_get_node(&iter);
-	return node ? caa_container_of(node, struct record, node) : NULL;
+	if ((slot >> CHUNK_SHIFT) >=
+	    atomic_load_explicit(&t->nchunks, memory_order_acquire))
+		return NULL;
+	c = chunk_of(t, slot);
+	/* acquire: pairs with the release store in insert. */
+	rec = atomic_load_explicit(&c->rec[slot & (CHUNK - 1)],
+				   memory_order_acquire);
+	if (!rec)
+		return NULL;
+	FQ_HANDOFF_ACQUIRE(rec);
+	return rec->id == id ? rec : NULL;
 }
 
 /* Caller holds the read lock. */
 static void evict(struct fanout_engine *e, struct record *rec)
 {
-	if (cds_lfht_del(e->table, &rec->node) == 0)
-		fanout__rec_put(rec, 1);
+	uint32_t slot = (uint32_t)((rec->id ^ e->table->key) & SLOT_MASK);
+	struct slot_chunk *c = chunk_of(e->table, slot);
+	unsigned i = slot & (CHUNK - 1);
+	struct record *cur = rec;
+
+	/* relaxed: the pointer's readers are protected by RCU, not by
+	 * ordering; the CAS makes exactly one evicter drop the reference. */
+	if (!atomic_compare_exchange_strong_explicit(&c->rec[i], &cur, NULL,
+						     memory_order_relaxed,
+						     memory_order_relaxed))
+		return;
+	/* relaxed: the bit is a hint for walkers, who re-check the slot. */
+	atomic_fetch_and_explicit(&c->used[i / 64], ~(1ull << (i % 64)),
+				  memory_order_relaxed);
+	free_push(e->table, slot, slot);
+	fanout__rec_put(rec, 1);
 }
 
 /* The finaliser, after publishing, with the read lock held: see "Pruning". */
@@ -116,46 +304,79 @@ void fanout__table_retire(struct fanout_engine *e, struct record *rec)
 		evict(e, cur);
 }
 
+/* Call fn on every record in the table, inside the read lock. */
+static void walk(struct fanout_engine *e,
+		 void (*fn)(struct record *rec, void *arg), void *arg)
+{
+	struct fanout_table *t = e->table;
+	uint32_t n = atomic_load_explicit(&t->nchunks, memory_order_acquire);
+
+	for (uint32_t ci = 0; ci < n; ci++) {
+		struct slot_chunk *c = atomic_load_explicit(
+			&t->chunk[ci], memory_order_acquire);
+
+		for (unsigned w = 0; w < CHUNK / 64; w++) {
+			/* acquire: pairs with insert's release fetch_or. */
+			uint64_t bits = atomic_load_explicit(
+				&c->used[w], memory_order_acquire);
+
+			while (bits) {
+				unsigned i = w * 64 + __builtin_ctzll(bits);
+				/* acquire: as in find. */
+				struct record *rec = atomic_load_explicit(
+					&c->rec[i], memory_order_acquire);
+
+				bits &= bits - 1;
+				if (!rec)
+					continue;
+				FQ_HANDOFF_ACQUIRE(rec);
+				fn(rec, arg);
+			}
+		}
+	}
+}
+
 void fanout__table_for_each(struct fanout_engine *e,
 			    void (*fn)(struct record *rec, void *arg),
 			    void *arg)
 {
-	struct cds_lfht_iter iter;
-	struct cds_lfht_node *node;
-	struct record *rec;
-
 	fanout__read_lock();
-	fanout__lfht_for_each(e->table, &iter, node) {
-		rec = caa_container_of(node, __typeof__(*rec), node);
-		FQ_HANDOFF_ACQUIRE(rec);
-		fn(rec, arg);
-	}
+	walk(e, fn, arg);
 	fanout__read_unlock();
+}
+
+static void evict_one(struct record *rec, void *arg)
+{
+	evict(arg, rec);
 }
 
 /* Quiescent engine: every record is finished and no call is running. */
 void fanout__table_destroy(struct fanout_engine *e)
 {
-	struct cds_lfht_iter iter;
-	struct cds_lfht_node *node;
-	struct record *rec;
+	struct fanout_table *t = e->table;
 	unsigned i;
 
-	if (!e->table)
+	if (!t)
 		return;
 	fanout__read_lock();
-	fanout__lfht_for_each(e->table, &iter, node) {
-		rec = caa_container_of(node, __typeof__(*rec), node);
-		FQ_HANDOFF_ACQUIRE(rec);
-		evict(e, rec);
-	}
+	walk(e, evict_one, e);
 	fanout__read_unlock();
 	for (i = 0; i < e->cfg.keep_completed; i++)
 		atomic_store_explicit(&e->kept[i], NULL,
 				      memory_order_relaxed); /* quiescent */
 	fanout__free(e->kept, sizeof(*e->kept) * e->cfg.keep_completed);
 	e->kept = NULL;
-	cds_lfht_destroy(e->table, NULL);
+	/* The records are freed after a grace period (call_rcu); the chunks
+	 * hold only their pointers, and no reader is left (quiescent). */
+	for (i = 0; i < MAX_CHUNKS; i++) {
+		struct slot_chunk *c = atomic_load_explicit(
+			&t->chunk[i], memory_order_relaxed);
+
+		if (!c)
+			break;
+		fanout__free(c, sizeof(*c));
+	}
+	fanout__free(t, sizeof(*t));
 	e->table = NULL;
 }
 
@@ -212,6 +433,8 @@ int fanout_lookup(struct fanout_engine *e, fanout_id id,
 
 	if (!e || !id || !info)
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
 	fanout__read_lock();
 	rec = fanout__table_find(e, id);
 	if (rec) {
@@ -266,37 +489,41 @@ static int newest_first(const void *a, const void *b)
 	return x->id < y->id ? -1 : x->id > y->id;
 }
 
+struct list_state {
+	struct fanout_info *infos;
+	size_t cap, seen, used;
+};
+
+static void list_one(struct record *rec, void *arg)
+{
+	struct list_state *l = arg;
+	struct fanout_info info;
+
+	l->seen++;
+	if (!l->cap)
+		return;
+	snapshot(rec, &info);
+	if (l->used < l->cap) {
+		l->infos[l->used] = info;
+		sift_up(l->infos, l->used++);
+	} else if (info.dispatched_ns > l->infos[0].dispatched_ns) {
+		l->infos[0] = info;
+		sift_down(l->infos, l->used, 0);
+	}
+}
+
 int fanout_list(struct fanout_engine *e, struct fanout_info *infos, size_t cap,
 		size_t *n)
 {
-	struct cds_lfht_iter iter;
-	struct cds_lfht_node *node;
-	struct record *rec;
-	size_t seen = 0, used = 0;
+	struct list_state l = {.infos = infos, .cap = cap};
 
 	if (!e || !n || (!infos && cap))
 		return -EINVAL;
-	fanout__read_lock();
-	fanout__lfht_for_each(e->table, &iter, node) {
-		struct fanout_info info;
-
-		rec = caa_container_of(node, struct record, node);
-		FQ_HANDOFF_ACQUIRE(rec);
-		seen++;
-		if (!cap)
-			continue;
-		snapshot(rec, &info);
-		if (used < cap) {
-			infos[used] = info;
-			sift_up(infos, used++);
-		} else if (info.dispatched_ns > infos[0].dispatched_ns) {
-			infos[0] = info;
-			sift_down(infos, used, 0);
-		}
-	}
-	fanout__read_unlock();
-	if (used > 1)
-		qsort(infos, used, sizeof(*infos), newest_first);
-	*n = seen;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
+	fanout__table_for_each(e, list_one, &l);
+	if (l.used > 1)
+		qsort(infos, l.used, sizeof(*infos), newest_first);
+	*n = l.seen;
 	return 0;
 }

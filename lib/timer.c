@@ -333,22 +333,14 @@ void fanout__timer_done(struct fanout_engine *e)
 	atomic_fetch_sub_explicit(&e->timer->live, 1, memory_order_relaxed);
 }
 
-void fanout__timer_stop(struct fanout_engine *e)
+/* Quiescent (the thread is gone): drop the inbox's record references,
+ * then free the timer. */
+static void timer_free(struct fanout_engine *e, struct fanout_timer *t)
 {
-	struct fanout_timer *t;
-	struct record *rec;
+	/* relaxed: no thread of the timer or of a dispatch runs now. */
+	struct record *rec =
+		atomic_exchange_explicit(&t->inbox, NULL, memory_order_relaxed);
 
-	/* acquire: pairs with the release store of TIMER_ON. */
-	if (atomic_load_explicit(&e->timer_state, memory_order_acquire) !=
-	    TIMER_ON)
-		return;
-	t = e->timer;
-	/* release: pairs with the thread's acquire load of `stop`. */
-	atomic_store_explicit(&t->stop, true, memory_order_release);
-	fq_ec_signal(&t->ec, 1);
-	pthread_join(t->thread, NULL);
-	/* Quiescent: the thread is gone and no dispatch runs any more. */
-	rec = atomic_exchange_explicit(&t->inbox, NULL, memory_order_acquire);
 	while (rec) {
 		struct record *next = rec->dl_next;
 
@@ -359,5 +351,33 @@ void fanout__timer_stop(struct fanout_engine *e)
 		fanout__free(t->heap, t->cap * sizeof(*t->heap));
 	fanout__free(t, sizeof(*t));
 	e->timer = NULL;
+	/* relaxed: the engine is quiescent (or inherited: nothing of it
+	 * runs in this process). */
 	atomic_store_explicit(&e->timer_state, TIMER_OFF, memory_order_relaxed);
+}
+
+/* An engine inherited across fork(): its timer thread is not in this
+ * process.  Free the memory only; the records are the table's to free. */
+void fanout__timer_forget(struct fanout_engine *e)
+{
+	/* relaxed: nothing of the engine runs in this process. */
+	if (atomic_load_explicit(&e->timer_state, memory_order_relaxed) ==
+	    TIMER_ON)
+		timer_free(e, e->timer);
+}
+
+void fanout__timer_stop(struct fanout_engine *e)
+{
+	struct fanout_timer *t;
+
+	/* acquire: pairs with the release store of TIMER_ON. */
+	if (atomic_load_explicit(&e->timer_state, memory_order_acquire) !=
+	    TIMER_ON)
+		return;
+	t = e->timer;
+	/* release: pairs with the thread's acquire load of `stop`. */
+	atomic_store_explicit(&t->stop, true, memory_order_release);
+	fq_ec_signal(&t->ec, 1);
+	pthread_join(t->thread, NULL);
+	timer_free(e, t);
 }

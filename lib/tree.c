@@ -5,8 +5,9 @@
  * WHY IT IS CORRECT
  *
  * Links.  A delegation started from inside a child (or with
- * fanout_batch.within) stores its parent record's id in `parent_id`, and
- * marks the parent `has_kids`.  No pointer goes from parent to child or
+ * fanout_batch.within) stores its parent record's id in `parent_id` and
+ * that record's engine's serial in `parent_engine` (ids are unique per
+ * engine only), and marks the parent `has_kids`.  No pointer goes from parent to child or
  * back, so no lifetime ties records of different engines together.
  *
  * Walk.  Interrupting a record R that has kids scans the records of every
@@ -27,8 +28,9 @@
  * rcu_read_lock; create adds and destroy removes with the list mutex held,
  * and destroy waits for a grace period (synchronize_rcu) before it frees
  * the engine's table.  The mutex is the one lock in lib/: a cold path
- * (engine create and destroy only), needed because liburcu's RCU list
- * allows one writer at a time; no reader takes it.
+ * (engine create and destroy, and fork(), which holds it so the child
+ * gets the list whole), needed because liburcu's RCU list allows one
+ * writer at a time; no reader takes it.
  */
 #include "internal.h"
 
@@ -40,9 +42,24 @@ static CDS_LIST_HEAD(engines);
 /* Writers of `engines` only (fanout_create/fanout_destroy): see above. */
 static pthread_mutex_t engines_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void fanout__engines_add(struct fanout_engine *e)
+/* fork.c holds the list lock across fork(), so a child never inherits it
+ * taken by a thread that does not exist there. */
+void fanout__engines_lock(void)
 {
 	pthread_mutex_lock(&engines_lock);
+}
+
+void fanout__engines_unlock(void)
+{
+	pthread_mutex_unlock(&engines_lock);
+}
+
+void fanout__engines_add(struct fanout_engine *e)
+{
+	static uint64_t serials; /* under engines_lock */
+
+	pthread_mutex_lock(&engines_lock);
+	e->serial = ++serials;
 	cds_list_add_rcu(&e->engines_node, &engines);
 	pthread_mutex_unlock(&engines_lock);
 }
@@ -57,6 +74,7 @@ void fanout__engines_del(struct fanout_engine *e)
 
 struct kid_scan {
 	fanout_id parent;
+	uint64_t engine; /* ids are unique per engine only */
 	unsigned how;
 };
 
@@ -64,14 +82,17 @@ static void cancel_kid(struct record *rec, void *arg)
 {
 	const struct kid_scan *k = arg;
 
-	if (rec->parent_id == k->parent)
+	if (rec->parent_id == k->parent && rec->parent_engine == k->engine)
 		fanout__cancel_rec(rec, k->how);
 }
 
 void fanout__tree_cancel(struct record *rec, unsigned how)
 {
-	struct kid_scan k = {.parent = rec->id, .how = how | CANCEL_TREE};
+	struct kid_scan k = {.parent = rec->id,
+			     .engine = rec->e->serial,
+			     .how = how | CANCEL_TREE};
 	struct fanout_engine *e;
+	struct cds_list_head *pos;
 
 	/* seq_cst fence: the interrupter's half of "Tree" (after the
 	 * fetch_or in fanout__cancel_rec, before the load of has_kids). */
@@ -79,8 +100,13 @@ void fanout__tree_cancel(struct record *rec, unsigned how)
 	if (!atomic_load_explicit(&rec->has_kids, memory_order_relaxed))
 		return;
 	fanout__read_lock();
-	cds_list_for_each_entry_rcu(e, &engines, engines_node)
+	/* Not cds_list_for_each_entry_rcu: its container_of on the list head
+	 * that ends the loop is undefined behaviour (UBSan flags it). */
+	cds_list_for_each_rcu(pos, &engines)
+	{
+		e = caa_container_of(pos, struct fanout_engine, engines_node);
 		fanout__table_for_each(e, cancel_kid, &k);
+	}
 	fanout__read_unlock();
 }
 
@@ -107,6 +133,8 @@ int fanout_cancel_session(struct fanout_engine *e, const char *session_key,
 	if (!e || !session_key || !how || (how & ~CANCEL_HOW_MASK) ||
 	    ((how & FANOUT_CANCEL_ABANDON) && !(how & FANOUT_CANCEL_INTERRUPT)))
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD;
 	fanout__table_for_each(e, cancel_session_rec, &s);
 	if (n)
 		*n = s.n;

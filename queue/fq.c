@@ -76,6 +76,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -83,6 +84,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "../lib/probes.h"
 
 struct fq_worker {
 	struct fq *q;		  /* I */
@@ -424,6 +426,7 @@ static void *worker_main(void *arg)
 	struct fq_worker *self = arg;
 	struct fq *q = self->q;
 	struct fq_work *w;
+	uint64_t slept;
 
 	tls_self = self;
 	for (;;) {
@@ -483,9 +486,15 @@ static void *worker_main(void *arg)
 			break;
 		}
 		bump(&self->parks);
+		FANOUT_PROBE_WORKER_PARK(self->index, self->cpu);
+		/* The clock only while a tracer watches worker__wake. */
+		slept = FANOUT_PROBE_WORKER_WAKE_ENABLED() ? fq_now_ns() : 0;
 		fq_ec_wait(&q->idle, v, 0);
 		fq_ec_done(&q->idle);
 		bump(&self->wakeups);
+		if (FANOUT_PROBE_WORKER_WAKE_ENABLED())
+			FANOUT_PROBE_WORKER_WAKE(
+				self->index, slept ? fq_now_ns() - slept : 0);
 	}
 	tls_self = NULL;
 	return NULL;
@@ -531,6 +540,17 @@ static int start_thread(struct fq_worker *wk)
 		err = pthread_create(&wk->thread, NULL, worker_main, wk);
 	}
 	return err;
+}
+
+/* "fanout-w<index>" in top, ps -L, perf and gdb.  Set by the creator, so
+ * the name is there when fq_create() returns; a failure (the name is only
+ * cosmetic) is ignored. */
+static void name_thread(struct fq_worker *wk)
+{
+	char name[16]; /* the kernel's limit, NUL included */
+
+	snprintf(name, sizeof(name), "fanout-w%u", wk->index);
+	(void)pthread_setname_np(wk->thread, name);
 }
 
 int fq_create(const struct fq_params *p, struct fq **out)
@@ -580,6 +600,7 @@ int fq_create(const struct fq_params *p, struct fq **out)
 			goto out_stop;
 		}
 		q->workers[i].started = true;
+		name_thread(&q->workers[i]);
 	}
 	*out = q;
 	return 0;
@@ -614,6 +635,13 @@ void fq_free(struct fq *q)
 	if (!q)
 		return;
 	fq_stop(q);
+	fq_free_forked(q);
+}
+
+void fq_free_forked(struct fq *q)
+{
+	if (!q)
+		return;
 	fanout__free(q->workers, sizeof(*q->workers) * q->nworkers);
 	fanout__free(q->buf, sizeof(*q->buf) * (q->capacity + 1));
 	fanout__free(q, sizeof(*q));

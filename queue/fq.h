@@ -115,6 +115,10 @@ int fq_create(const struct fq_params *p, struct fq **out);
 void fq_stop(struct fq *q);
 /* fq_stop() then free.  NULL is a no-op. */
 void fq_free(struct fq *q);
+/* Free a queue inherited across fork() by the child: its workers do not
+ * exist in this process, so nothing is stopped or joined; tokens left in
+ * the ring are dropped unrun.  NULL is a no-op. */
+void fq_free_forked(struct fq *q);
 
 /*
  * Take between @min and @want ring credits (one per token to submit).

@@ -3,7 +3,9 @@
 # Usage: scripts/deps.sh [extra-package ...]
 # Exit 0 when everything is present (or was installed), 1 otherwise.
 set -u
-need="liburcu-dev libck-dev libjemalloc-dev libcmocka-dev pkg-config gcc make libc6-dev"
+# systemtap-sdt-dev: <sys/sdt.h> for the USDT probes (lib/probes.h);
+# gdb: tests/check-probes.sh fires them in a real run.
+need="liburcu-dev libck-dev libjemalloc-dev libcmocka-dev libjansson-dev pkg-config gcc make libc6-dev systemtap-sdt-dev gdb"
 # The Python package (python/, make python-test): cffi, headers, a venv.
 need="$need python3 python3-dev python3-cffi python3-venv python3-pip python3-setuptools"
 missing=""

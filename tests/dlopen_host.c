@@ -11,7 +11,9 @@
  *
  * Usage: dlopen_host PATH/TO/libfanout.so
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>

@@ -2,400 +2,108 @@
 /* test_format.c - fanout_format, fanout_event_json, fanout_strerror. */
 #include "common.h"
 
-/* ------------------------------------------------- a small JSON parser */
+#include <jansson.h>
 
-enum jtype { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
+/* U+FFFD, the replacement character, as UTF-8 */
+#define R "\xef\xbf\xbd"
 
-struct jv {
-	enum jtype t;
-	char *s; /* J_STR: decoded bytes (NUL-terminated); J_NUM: text */
-	size_t slen;
-	size_t n;     /* J_ARR/J_OBJ: number of members */
-	struct jv *v; /* members */
-	char **k;     /* J_OBJ: keys (decoded) */
-	bool b;
-};
+/* ----------------------------------------------------- UTF-8, JSON parse */
 
-struct jp {
-	const char *p, *end;
-	const char *err;
-};
-
-static void jv_free(struct jv *j)
+/*
+ * Strict UTF-8 (RFC 3629): no overlong form, surrogate, code point above
+ * U+10FFFF, cut sequence or stray byte.  No C0 control but those in the
+ * bitmask @ctl, no DEL; C1 controls (U+0080..U+009F) only if @c1.
+ */
+static bool utf8_strict(const char *str, size_t n, uint32_t ctl, bool c1)
 {
-	if (!j)
-		return;
-	for (size_t i = 0; i < j->n; i++) {
-		jv_free(&j->v[i]);
-		if (j->k)
-			free(j->k[i]);
-	}
-	free(j->v);
-	free(j->k);
-	free(j->s);
-	memset(j, 0, sizeof(*j));
-}
+	const unsigned char *s = (const unsigned char *)str;
 
-static void ws(struct jp *p)
-{
-	while (p->p < p->end && (*p->p == ' ' || *p->p == '\t' ||
-				 *p->p == '\n' || *p->p == '\r'))
-		p->p++;
-}
+	for (size_t i = 0; i < n;) {
+		unsigned c = s[i], k, cp;
 
-static bool jfail(struct jp *p, const char *why)
-{
-	if (!p->err)
-		p->err = why;
-	return false;
-}
-
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-static bool hex4(struct jp *p, unsigned *out)
-{
-	unsigned v = 0;
-
-	if (p->end - p->p < 4)
-		return jfail(p, "short \\u escape");
-	for (int i = 0; i < 4; i++) {
-		int h = hexval(p->p[i]);
-
-		if (h < 0)
-			return jfail(p, "bad hex in \\u escape");
-		v = v * 16 + (unsigned)h;
-	}
-	p->p += 4;
-	*out = v;
-	return true;
-}
-
-static void put_utf8(char *buf, size_t *n, unsigned cp)
-{
-	if (cp < 0x80) {
-		buf[(*n)++] = (char)cp;
-	} else if (cp < 0x800) {
-		buf[(*n)++] = (char)(0xc0 | (cp >> 6));
-		buf[(*n)++] = (char)(0x80 | (cp & 0x3f));
-	} else if (cp < 0x10000) {
-		buf[(*n)++] = (char)(0xe0 | (cp >> 12));
-		buf[(*n)++] = (char)(0x80 | ((cp >> 6) & 0x3f));
-		buf[(*n)++] = (char)(0x80 | (cp & 0x3f));
-	} else {
-		buf[(*n)++] = (char)(0xf0 | (cp >> 18));
-		buf[(*n)++] = (char)(0x80 | ((cp >> 12) & 0x3f));
-		buf[(*n)++] = (char)(0x80 | ((cp >> 6) & 0x3f));
-		buf[(*n)++] = (char)(0x80 | (cp & 0x3f));
-	}
-}
-
-static bool jstring(struct jp *p, char **out, size_t *outlen)
-{
-	size_t cap = (size_t)(p->end - p->p) + 8, n = 0;
-	char *buf = malloc(cap);
-
-	if (!buf)
-		return jfail(p, "oom");
-	p->p++; /* opening quote */
-	for (;;) {
-		if (p->p >= p->end) {
-			free(buf);
-			return jfail(p, "unterminated string");
-		}
-		unsigned char c = (unsigned char)*p->p++;
-
-		if (c == '"')
-			break;
-		if (c < 0x20) {
-			free(buf);
-			return jfail(p, "raw control character in string");
-		}
-		if (c != '\\') {
-			buf[n++] = (char)c;
+		if (c < 0x80) {
+			if ((c < 0x20 && !(ctl >> c & 1)) || c == 0x7f)
+				return false;
+			i++;
 			continue;
 		}
-		if (p->p >= p->end) {
-			free(buf);
-			return jfail(p, "dangling backslash");
-		}
-		char esc = *p->p++;
-		unsigned cp, lo;
-
-		switch (esc) {
-		case '"':
-			buf[n++] = '"';
-			break;
-		case '\\':
-			buf[n++] = '\\';
-			break;
-		case '/':
-			buf[n++] = '/';
-			break;
-		case 'b':
-			buf[n++] = '\b';
-			break;
-		case 'f':
-			buf[n++] = '\f';
-			break;
-		case 'n':
-			buf[n++] = '\n';
-			break;
-		case 'r':
-			buf[n++] = '\r';
-			break;
-		case 't':
-			buf[n++] = '\t';
-			break;
-		case 'u':
-			if (!hex4(p, &cp)) {
-				free(buf);
+		k = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc0 ? 1 : 0;
+		if (!k || c > 0xf4 || n - i <= k)
+			return false;
+		cp = c & (0x3fu >> k);
+		for (unsigned j = 1; j <= k; j++) {
+			if ((s[i + j] & 0xc0) != 0x80)
 				return false;
-			}
-			if (cp >= 0xd800 && cp < 0xdc00) {
-				if (p->end - p->p < 6 || p->p[0] != '\\' ||
-				    p->p[1] != 'u') {
-					free(buf);
-					return jfail(p, "lone high surrogate");
-				}
-				p->p += 2;
-				if (!hex4(p, &lo) || lo < 0xdc00 ||
-				    lo > 0xdfff) {
-					free(buf);
-					return jfail(p, "bad low surrogate");
-				}
-				cp = 0x10000 + ((cp - 0xd800) << 10) +
-				     (lo - 0xdc00);
-			} else if (cp >= 0xdc00 && cp < 0xe000) {
-				free(buf);
-				return jfail(p, "lone low surrogate");
-			}
-			put_utf8(buf, &n, cp);
-			break;
-		default:
-			free(buf);
-			return jfail(p, "unknown escape");
+			cp = cp << 6 | (s[i + j] & 0x3f);
 		}
+		if (cp < (k == 1 ? 0x80u :
+			  k == 2 ? 0x800u :
+				   0x10000u) ||
+		    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff ||
+		    (cp < 0xa0 && !c1))
+			return false;
+		i += k + 1;
 	}
-	buf[n] = '\0';
-	*out = buf;
-	*outlen = n;
 	return true;
 }
 
-static bool jvalue(struct jp *p, struct jv *out, int depth);
-
-static bool jnumber(struct jp *p, struct jv *out)
+/* Any bytes at all are fine in the validator's eyes but ill-formed UTF-8:
+ * is @s something a JSON string can carry unchanged? */
+static bool utf8_any_ctl(const char *s)
 {
-	const char *s = p->p;
-
-	if (p->p < p->end && *p->p == '-')
-		p->p++;
-	if (p->p >= p->end)
-		return jfail(p, "bad number");
-	if (*p->p == '0') {
-		p->p++;
-	} else if (*p->p >= '1' && *p->p <= '9') {
-		while (p->p < p->end && *p->p >= '0' && *p->p <= '9')
-			p->p++;
-	} else {
-		return jfail(p, "bad number");
-	}
-	if (p->p < p->end && *p->p == '.') {
-		p->p++;
-		if (p->p >= p->end || *p->p < '0' || *p->p > '9')
-			return jfail(p, "bad fraction");
-		while (p->p < p->end && *p->p >= '0' && *p->p <= '9')
-			p->p++;
-	}
-	if (p->p < p->end && (*p->p == 'e' || *p->p == 'E')) {
-		p->p++;
-		if (p->p < p->end && (*p->p == '+' || *p->p == '-'))
-			p->p++;
-		if (p->p >= p->end || *p->p < '0' || *p->p > '9')
-			return jfail(p, "bad exponent");
-		while (p->p < p->end && *p->p >= '0' && *p->p <= '9')
-			p->p++;
-	}
-	out->t = J_NUM;
-	out->slen = (size_t)(p->p - s);
-	out->s = strndup(s, out->slen);
-	return out->s ? true : jfail(p, "oom");
+	return utf8_strict(s, strlen(s), UINT32_MAX, true);
 }
 
-static bool jlit(struct jp *p, const char *lit)
+/* Parse @buf as JSON, strictly (jansson rejects ill-formed UTF-8, raw
+ * control characters and, asked to, duplicate keys). */
+static json_t *json_parse(const char *buf, size_t len)
 {
-	size_t n = strlen(lit);
+	json_error_t err;
+	json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &err);
 
-	if ((size_t)(p->end - p->p) < n || memcmp(p->p, lit, n) != 0)
-		return jfail(p, "bad literal");
-	p->p += n;
-	return true;
+	if (!root)
+		fail_msg("JSON rejected: %s (line %d col %d): %s", err.text,
+			 err.line, err.column, buf);
+	return root;
 }
 
-static bool jpush(struct jv *out, char *key)
+/* @o[@key] is null when @want is NULL, else a string of exactly @want's
+ * bytes (compared with its length: a decoded \u0000 would show). */
+static void assert_jstr(json_t *o, const char *key, const char *want)
 {
-	struct jv *v = realloc(out->v, (out->n + 1) * sizeof(*v));
+	json_t *v = json_object_get(o, key);
 
 	if (!v)
-		return false;
-	out->v = v;
-	memset(&out->v[out->n], 0, sizeof(*v));
-	if (out->t == J_OBJ) {
-		char **k = realloc(out->k, (out->n + 1) * sizeof(*k));
-
-		if (!k)
-			return false;
-		out->k = k;
-		out->k[out->n] = key;
+		fail_msg("no member \"%s\"", key);
+	if (!want) {
+		if (!json_is_null(v))
+			fail_msg("\"%s\" should be null", key);
+		return;
 	}
-	out->n++;
-	return true;
+	if (!json_is_string(v))
+		fail_msg("\"%s\" is not a string", key);
+	if (json_string_length(v) != strlen(want) ||
+	    memcmp(json_string_value(v), want, strlen(want)) != 0)
+		fail_msg("\"%s\" is \"%s\", want \"%s\"", key,
+			 json_string_value(v), want);
 }
 
-static bool jvalue(struct jp *p, struct jv *out, int depth)
+static json_int_t jint(json_t *o, const char *key)
 {
-	memset(out, 0, sizeof(*out));
-	if (depth > 64)
-		return jfail(p, "too deep");
-	ws(p);
-	if (p->p >= p->end)
-		return jfail(p, "unexpected end");
-	switch (*p->p) {
-	case '"':
-		out->t = J_STR;
-		return jstring(p, &out->s, &out->slen);
-	case 't':
-		out->t = J_BOOL;
-		out->b = true;
-		return jlit(p, "true");
-	case 'f':
-		out->t = J_BOOL;
-		return jlit(p, "false");
-	case 'n':
-		out->t = J_NULL;
-		return jlit(p, "null");
-	case '[':
-		out->t = J_ARR;
-		p->p++;
-		ws(p);
-		if (p->p < p->end && *p->p == ']') {
-			p->p++;
-			return true;
-		}
-		for (;;) {
-			if (!jpush(out, NULL))
-				return jfail(p, "oom");
-			if (!jvalue(p, &out->v[out->n - 1], depth + 1))
-				return false;
-			ws(p);
-			if (p->p < p->end && *p->p == ',') {
-				p->p++;
-				continue;
-			}
-			if (p->p < p->end && *p->p == ']') {
-				p->p++;
-				return true;
-			}
-			return jfail(p, "expected , or ]");
-		}
-	case '{':
-		out->t = J_OBJ;
-		p->p++;
-		ws(p);
-		if (p->p < p->end && *p->p == '}') {
-			p->p++;
-			return true;
-		}
-		for (;;) {
-			char *key = NULL;
-			size_t klen;
+	json_t *v = json_object_get(o, key);
 
-			ws(p);
-			if (p->p >= p->end || *p->p != '"')
-				return jfail(p, "expected key");
-			if (!jstring(p, &key, &klen))
-				return false;
-			for (size_t i = 0; i < out->n; i++)
-				if (strcmp(out->k[i], key) == 0) {
-					free(key);
-					return jfail(p, "duplicate key");
-				}
-			if (!jpush(out, key)) {
-				free(key);
-				return jfail(p, "oom");
-			}
-			ws(p);
-			if (p->p >= p->end || *p->p != ':')
-				return jfail(p, "expected :");
-			p->p++;
-			if (!jvalue(p, &out->v[out->n - 1], depth + 1))
-				return false;
-			ws(p);
-			if (p->p < p->end && *p->p == ',') {
-				p->p++;
-				continue;
-			}
-			if (p->p < p->end && *p->p == '}') {
-				p->p++;
-				return true;
-			}
-			return jfail(p, "expected , or }");
-		}
-	default:
-		if (*p->p == '-' || (*p->p >= '0' && *p->p <= '9'))
-			return jnumber(p, out);
-		return jfail(p, "unexpected character");
-	}
+	if (!json_is_integer(v))
+		fail_msg("\"%s\" is not an integer", key);
+	return json_integer_value(v);
 }
 
-/* Parse exactly one JSON value spanning the whole of @s. */
-static bool json_parse(const char *s, size_t len, struct jv *out)
+static double jnum(json_t *o, const char *key)
 {
-	struct jp p = {s, s + len, NULL};
-	bool ok = jvalue(&p, out, 0);
+	json_t *v = json_object_get(o, key);
 
-	if (ok) {
-		ws(&p);
-		if (p.p != p.end)
-			ok = jfail(&p, "trailing garbage");
-	}
-	if (!ok) {
-		print_error("invalid JSON (%s) at offset %td:\n%s\n", p.err,
-			    p.p - s, s);
-		jv_free(out);
-	}
-	return ok;
-}
-
-static const struct jv *jget(const struct jv *o, const char *key)
-{
-	if (!o || o->t != J_OBJ)
-		return NULL;
-	for (size_t i = 0; i < o->n; i++)
-		if (strcmp(o->k[i], key) == 0)
-			return &o->v[i];
-	return NULL;
-}
-
-/* Does object @o hold a string member whose decoded value is @want? */
-static bool jhas_string(const struct jv *o, const char *want)
-{
-	if (!o || o->t != J_OBJ)
-		return false;
-	for (size_t i = 0; i < o->n; i++)
-		if (o->v[i].t == J_STR && o->v[i].slen == strlen(want) &&
-		    memcmp(o->v[i].s, want, o->v[i].slen) == 0)
-			return true;
-	return false;
+	if (!json_is_number(v))
+		fail_msg("\"%s\" is not a number", key);
+	return json_number_value(v);
 }
 
 /* ------------------------------------------------------------ fixtures */
@@ -612,57 +320,95 @@ static void json_snprintf_semantics(void **state)
 
 /* ---------------------------------------------------------------- json */
 
-static void check_json_event(const struct fanout_event *ev, const char **goals,
-			     const char **sums, const char **errs,
-			     const char *ctx, const char *key)
+/* An event string as JSON must carry it: itself when it is valid UTF-8 (the
+ * bytes come back exactly), else anything valid (jansson checked that). */
+static void assert_jstr_of(json_t *o, const char *key, const char *have)
+{
+	if (!have || utf8_any_ctl(have))
+		assert_jstr(o, key, have);
+	else
+		assert_true(json_is_string(json_object_get(o, key)));
+}
+
+/*
+ * Parse the event's JSON strictly, check its bytes are strict UTF-8 with no
+ * raw control character, and every member against the event; strings given
+ * by the caller (goals, sums, errs, ctx, key; NULL = not checked) must come
+ * back byte-identical.  Returns the root for more checks (caller frees).
+ */
+static json_t *check_json(const struct fanout_event *ev, const char **goals,
+			  const char **sums, const char **errs, const char *ctx,
+			  const char *key)
 {
 	char *buf = format_alloc(ev, true);
 	size_t len = strlen(buf);
-	struct jv root;
+	json_t *root, *res;
 	char id[64];
 
 	assert_true(len >= 2);
 	assert_int_equal(buf[len - 1], '}'); /* no trailing newline */
-	assert_true(json_parse(buf, len, &root));
-	assert_int_equal(root.t, J_OBJ);
+	if (!utf8_strict(buf, len, 0, true))
+		fail_msg("JSON is not strict UTF-8: %s", buf);
+	root = json_parse(buf, len);
+	assert_true(json_is_object(root));
 
-	const struct jv *jid = jget(&root, "id");
-	assert_non_null(jid);
 	snprintf(id, sizeof(id), FANOUT_ID_FMT, (unsigned long long)ev->id);
-	if (jid->t == J_STR)
-		assert_string_equal(jid->s, id);
-	else if (jid->t == J_NUM)
-		assert_true(strtoull(jid->s, NULL, 10) == ev->id);
-	else
-		fail_msg("id is neither a string nor a number");
+	assert_jstr(root, "id", id);
+	assert_jstr(root, "status", fanout_status_name(ev->status));
+	assert_jstr(root, "error", ev->error);
+	assert_jstr_of(root, "context", ev->context);
+	assert_jstr_of(root, "session_key", ev->session_key);
+	if (ctx)
+		assert_jstr(root, "context", ctx);
+	if (key)
+		assert_jstr(root, "session_key", key);
+	assert_true(jint(root, "dispatched_ns") ==
+		    (json_int_t)ev->dispatched_ns);
+	assert_true(jint(root, "completed_ns") == (json_int_t)ev->completed_ns);
+	assert_true(jnum(root, "cost") == ev->cost);
+	assert_int_equal(jint(root, "completed"), ev->ncompleted);
+	assert_int_equal(jint(root, "errors"), ev->nerror);
+	assert_int_equal(jint(root, "interrupted"), ev->ninterrupted);
+	assert_true(json_is_boolean(json_object_get(root, "cancelled")));
+	assert_int_equal(json_is_true(json_object_get(root, "cancelled")),
+			 ev->cancelled);
+	assert_int_equal(json_object_size(root), 13);
 
-	const struct jv *st = jget(&root, "status");
-	assert_non_null(st);
-	if (st->t == J_STR)
-		assert_string_equal(st->s, fanout_status_name(ev->status));
-
-	const struct jv *res = jget(&root, "results");
-	assert_non_null(res);
-	assert_int_equal(res->t, J_ARR);
-	assert_int_equal(res->n, ev->nresults);
+	res = json_object_get(root, "results");
+	assert_true(json_is_array(res));
+	assert_int_equal(json_array_size(res), ev->nresults);
 	for (unsigned i = 0; i < ev->nresults; i++) {
-		const struct jv *r = &res->v[i];
+		const struct fanout_result *r = &ev->results[i];
+		json_t *o = json_array_get(res, i);
 
-		assert_int_equal(r->t, J_OBJ);
-		if (goals && !jhas_string(r, goals[i]))
-			fail_msg("result %u lacks goal \"%s\": %s", i, goals[i],
-				 buf);
-		if (sums && sums[i] && !jhas_string(r, sums[i]))
-			fail_msg("result %u lacks summary: %s", i, buf);
-		if (errs && errs[i] && !jhas_string(r, errs[i]))
-			fail_msg("result %u lacks error: %s", i, buf);
+		assert_true(json_is_object(o));
+		assert_int_equal(json_object_size(o), 8);
+		assert_int_equal(jint(o, "index"), r->index);
+		assert_jstr(o, "status", fanout_status_name(r->status));
+		assert_jstr_of(o, "goal", r->goal);
+		assert_jstr_of(o, "summary", r->summary);
+		assert_jstr_of(o, "error",
+			       r->status == FANOUT_COMPLETED ? NULL : r->error);
+		assert_int_equal(jint(o, "code"), r->code);
+		assert_true(jint(o, "duration_ns") ==
+			    (json_int_t)r->duration_ns);
+		assert_true(jnum(o, "cost") == r->cost);
+		if (goals)
+			assert_jstr(o, "goal", goals[i]);
+		if (sums && sums[i])
+			assert_jstr(o, "summary", sums[i]);
+		if (errs && errs[i])
+			assert_jstr(o, "error", errs[i]);
 	}
-	if (ctx && !jhas_string(&root, ctx))
-		fail_msg("context missing: %s", buf);
-	if (key && !jhas_string(&root, key))
-		fail_msg("session_key missing: %s", buf);
-	jv_free(&root);
 	free(buf);
+	return root;
+}
+
+static void check_json_event(const struct fanout_event *ev, const char **goals,
+			     const char **sums, const char **errs,
+			     const char *ctx, const char *key)
+{
+	json_decref(check_json(ev, goals, sums, errs, ctx, key));
 }
 
 static void json_valid_and_escaped(void **state)
@@ -720,11 +466,253 @@ static void json_large_summary(void **state)
 	free(big);
 }
 
+/* ------------------------------------------------- bytes that are not text */
+
+/* jansson is the judge below: it must reject what the library must never
+ * write, and so must the test's own validator. */
+static void jansson_is_strict(void **state)
+{
+	static const char *bad[] = {
+		"\"\xc3\"",		/* cut */
+		"\"\xe2\x82\"",		/* cut */
+		"\"\xed\xa0\x80\"",	/* lone surrogate, 3 bytes */
+		"\"\xc0\xaf\"",		/* overlong */
+		"\"\xf4\x90\x80\x80\"", /* above U+10FFFF */
+		"\"\x80\"",		/* stray continuation */
+		"\"\xff\"",		/* starts nothing */
+		"\"a\x01\"",		/* raw control */
+		"\"a\nb\"",		/* raw newline */
+	};
+	json_error_t err;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		json_t *j = json_loadb(bad[i], strlen(bad[i]), JSON_DECODE_ANY,
+				       &err);
+
+		if (j)
+			fail_msg("jansson accepted bad input %zu", i);
+		/* the validator agrees on the bytes inside the quotes */
+		assert_false(
+			utf8_strict(bad[i] + 1, strlen(bad[i]) - 2, 0, true));
+	}
+	assert_null(
+		json_loads("{\"a\":1,\"a\":2}", JSON_REJECT_DUPLICATES, &err));
+	const char *good = "\"\xf0\x9f\x98\x80 \xef\xbf\xbf \xf4\x8f\xbf\xbf "
+			   "\xc2\x80\"";
+	json_t *j = json_loadb(good, strlen(good), JSON_DECODE_ANY, &err);
+	assert_non_null(j);
+	assert_int_equal(json_string_length(j), strlen(good) - 2);
+	json_decref(j);
+	assert_true(utf8_strict(good, strlen(good), 0, true));
+	assert_false(utf8_strict(good, strlen(good), 0, false)); /* C1 */
+}
+
+/* Ill-formed UTF-8 and what each maximal ill-formed part becomes (one
+ * U+FFFD each; the same as Python's decode(errors="replace")). */
+static const struct {
+	const char *in, *want;
+} bad_utf8[] = {
+	{"cut \xc3", "cut " R},
+	{"ab\xe2\x82", "ab" R},
+	{"\xf0\x9f\x98", R},
+	{"\xe2\x82x\xf0\x9f\x98y\xc3", R "x" R "y" R},
+	{"\xed\xa0\x80|\xed\xbf\xbf|\xed\xb0\x80", /* lone surrogates */
+	 R R R "|" R R R "|" R R R},
+	{"\xc0\xaf|\xe0\x80\xaf|\xf0\x80\x80\xaf|\xc1\xbf", /* overlongs */
+	 R R "|" R R R "|" R R R R "|" R R},
+	{"\xf4\x90\x80\x80|\xf5\x80|\xf8\x88\x80\x80\x80", /* > U+10FFFF */
+	 R R R R "|" R R "|" R R R R R},
+	{"\x80\xbf|\xfe\xff|a\x80", R R "|" R R "|a" R}, /* stray bytes */
+	{"ok \xf0\x9f\x98\x80 \xe2\x82\xac \xc3\xbc \xef\xbf\xbf "
+	 "\xf4\x8f\xbf\xbf",
+	 "ok \xf0\x9f\x98\x80 \xe2\x82\xac \xc3\xbc \xef\xbf\xbf "
+	 "\xf4\x8f\xbf\xbf"},
+};
+#define NBAD (sizeof(bad_utf8) / sizeof(bad_utf8[0]))
+
+static void json_bad_utf8_replaced(void **state)
+{
+	const char *goals[NBAD], *sums[NBAD], *errs[NBAD], *wg[NBAD], *we[NBAD];
+	int rets[NBAD];
+	struct evfix f;
+
+	for (unsigned i = 0; i < NBAD; i++) {
+		goals[i] = sums[i] = bad_utf8[i].in;
+		wg[i] = bad_utf8[i].want;
+		errs[i] = i & 1 ? bad_utf8[i].in : NULL;
+		we[i] = i & 1 ? bad_utf8[i].want : NULL;
+		rets[i] = i & 1 ? -EIO : 0;
+	}
+	make_event(&f, NBAD, goals, sums, errs, rets, bad_utf8[1].in,
+		   bad_utf8[4].in);
+	json_decref(check_json(f.ev, wg, wg, we, bad_utf8[1].want,
+			       bad_utf8[4].want));
+
+	/* the text: the same replacements, clean UTF-8 throughout */
+	char *txt = format_alloc(f.ev, false);
+	if (!utf8_strict(txt, strlen(txt), 1u << '\n' | 1u << '\t', false))
+		fail_msg("text is not clean UTF-8:\n%s", txt);
+	for (unsigned i = 0; i < NBAD; i++) {
+		char want[256];
+
+		snprintf(want, sizeof(want), "TASK %u/%u: %s (", i + 1,
+			 (unsigned)NBAD, bad_utf8[i].want);
+		assert_contains(txt, want);
+		snprintf(want, sizeof(want), "\n  %s\n", bad_utf8[i].want);
+		assert_contains(txt, want);
+	}
+	assert_contains(txt, "context: "
+			     "ab" R "\n");
+	free(txt);
+	drop_event(&f);
+}
+
+/* Every control character, DEL and C1: escaped in JSON and given back
+ * exactly; in the text, U+FFFD but for \n and \t (and \r\n reads \n). */
+static void json_and_text_controls(void **state)
+{
+	char all[64], *p = all;
+	const char *sums[2], *goals[2] = {"g0", "g1"};
+	struct evfix f;
+
+	*p++ = '<';
+	for (int c = 1; c < 0x20; c++)
+		*p++ = (char)c;
+	*p++ = 0x7f;
+	memcpy(p, "\xc2\x80\xc2\x9b\xc2\x9f\xc2\xa0>", 9); /* C1, then NBSP */
+	p += 9;
+	*p = '\0';
+	sums[0] = all;
+	sums[1] = "a\x01"
+		  "b\x1b[1mc\r\nd\te\rf\xc2\x9bg";
+	make_event(&f, 2, goals, sums, NULL, NULL, "ctx\x7f", "key\x1b");
+	json_decref(check_json(f.ev, goals, sums, NULL, "ctx\x7f", "key\x1b"));
+
+	char *js = format_alloc(f.ev, true);
+	static const char *esc[] = {"\\u0001", "\\b",	  "\\t",
+				    "\\n",     "\\f",	  "\\r",
+				    "\\u001b", "\\u001f", "\\u007f"};
+	for (size_t i = 0; i < sizeof(esc) / sizeof(esc[0]); i++)
+		assert_contains(js, esc[i]);
+	free(js);
+
+	char *txt = format_alloc(f.ev, false);
+	if (!utf8_strict(txt, strlen(txt), 1u << '\n' | 1u << '\t', false))
+		fail_msg("text is not clean UTF-8:\n%s", txt);
+	assert_contains(txt, "\n  a" R "b" R "[1mc\n  d\te" R "f" R "g\n");
+	assert_contains(txt, "context: ctx" R "\n");
+	assert_contains(txt, "session: key" R "\n");
+	/* summary 0: each control but \t and \n, DEL and the C1 ones become
+	 * one U+FFFD; NBSP (U+00A0) stays */
+	char want[256] = "\n  <";
+	for (int c = 1; c < 0x20; c++)
+		strcat(want, c == '\t' ? "\t" : c == '\n' ? "\n  " : R);
+	strcat(want, R R R R "\xc2\xa0>\n");
+	assert_contains(txt, want);
+	free(txt);
+	drop_event(&f);
+}
+
+/* A child cuts its summary by bytes, mid-character; another one's holds a
+ * NUL (strings are read up to it). */
+static const char euros[] = "\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac";
+
+static int cut_child(struct fanout_child *c, void *arg)
+{
+	unsigned i = fanout_child_index(c);
+
+	if (i < 3)
+		CHECK(fanout_set_summary(c, euros, (size_t[]){8, 7, 5}[i]) ==
+		      0);
+	else if (i == 3)
+		CHECK(fanout_set_summary(c, "a\0b", 3) == 0);
+	else
+		CHECK(fanout_set_summary(c, "\xf0\x9f\x98\x80\xf0\x9f", 6) ==
+		      0);
+	return 0;
+}
+
+static void json_summary_cut_mid_character(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	struct fanout_task t[5];
+	struct fanout_batch b = {.tasks = t, .ntasks = 5};
+	struct fanout_event *ev = NULL;
+	static const char *want[] = {
+		"\xe2\x82\xac\xe2\x82\xac" R, /* 8 bytes: 2 of the 3rd */
+		"\xe2\x82\xac\xe2\x82\xac" R, /* 7 bytes: 1 of the 3rd */
+		"\xe2\x82\xac" R,	      /* 5 bytes */
+		"a",
+		"\xf0\x9f\x98\x80" R,
+	};
+
+	memset(t, 0, sizeof(t));
+	for (int i = 0; i < 5; i++)
+		t[i].fn = cut_child;
+	assert_int_equal(fanout_run(e, &b, &ev), 0);
+	json_decref(check_json(ev, NULL, want, NULL, NULL, NULL));
+	char *txt = format_alloc(ev, false);
+	if (!utf8_strict(txt, strlen(txt), 1u << '\n' | 1u << '\t', false))
+		fail_msg("text is not clean UTF-8:\n%s", txt);
+	free(txt);
+	fanout_event_free(ev);
+	fanout_destroy(e);
+}
+
+/*
+ * More than INT_MAX bytes: -EOVERFLOW, and an empty string in the buffer.
+ * A hand-built event (the writers read only the event): 33 results sharing
+ * one 64 MiB goal make 2112 MiB of text.  Each call scans 2 GiB, seconds
+ * under a sanitizer for code that is single-threaded and checked there by
+ * every other test: the plain build runs it.
+ */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define OVERFLOW_TEST 0
+#else
+#define OVERFLOW_TEST 1
+#endif
+
+#if OVERFLOW_TEST
+static void format_overflow(void **state)
+{
+	size_t n = (size_t)64 << 20;
+	char *big = malloc(n + 1);
+	struct fanout_result *res = calloc(33, sizeof(*res));
+	struct fanout_event ev;
+	char buf[16];
+
+	assert_non_null(big);
+	assert_non_null(res);
+	memset(big, 'a', n);
+	big[n] = '\0';
+	for (unsigned i = 0; i < 33; i++) {
+		res[i].index = i;
+		res[i].status = FANOUT_COMPLETED;
+		res[i].goal = big;
+	}
+	memset(&ev, 0, sizeof(ev));
+	ev.id = 1;
+	ev.status = FANOUT_COMPLETED;
+	ev.results = res;
+	ev.nresults = 33;
+	ev.ncompleted = 33;
+	memset(buf, 'x', sizeof(buf));
+	assert_int_equal(fanout_format(&ev, buf, sizeof(buf)), -EOVERFLOW);
+	assert_int_equal(buf[0], '\0');
+	memset(buf, 'x', sizeof(buf));
+	assert_int_equal(fanout_event_json(&ev, buf, sizeof(buf)), -EOVERFLOW);
+	assert_int_equal(buf[0], '\0');
+	free(res);
+	free(big);
+}
+#endif
+
 /* ------------------------------------------------------------ strerror */
 
-static const int named[] = {EBUSY,     E2BIG,	  EINVAL, ENOMEM,
-			    ESHUTDOWN, ELOOP,	  ENOENT, EALREADY,
-			    EAGAIN,    ETIMEDOUT, EDEADLK};
+static const int named[] = {EBUSY,     E2BIG,	  EINVAL,  ENOMEM,
+			    ESHUTDOWN, ELOOP,	  ENOENT,  EALREADY,
+			    EAGAIN,    ETIMEDOUT, EDEADLK, EOWNERDEAD};
 
 static void strerror_named_codes(void **state)
 {
@@ -768,11 +756,23 @@ static void strerror_unknown_codes(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		TC(format_text_block),	     TC(format_statuses),
-		TC(format_many_tasks),	     TC(format_snprintf_semantics),
-		TC(json_snprintf_semantics), TC(json_valid_and_escaped),
-		TC(json_nulls_and_statuses), TC(json_large_summary),
-		TC(strerror_named_codes),    TC(strerror_unknown_codes),
+		TC(format_text_block),
+		TC(format_statuses),
+		TC(format_many_tasks),
+		TC(format_snprintf_semantics),
+		TC(json_snprintf_semantics),
+		TC(json_valid_and_escaped),
+		TC(json_nulls_and_statuses),
+		TC(json_large_summary),
+		TC(jansson_is_strict),
+		TC(json_bad_utf8_replaced),
+		TC(json_and_text_controls),
+		TC(json_summary_cut_mid_character),
+#if OVERFLOW_TEST
+		TC(format_overflow),
+#endif
+		TC(strerror_named_codes),
+		TC(strerror_unknown_codes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

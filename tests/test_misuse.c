@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_misuse.c - one test per row of tests/MISUSE.md: every way a caller
+ * test_misuse.c - one test per row of the bad-input table in README.md: every way a caller
  * can misuse the API, and what it gets.  Test names start with the row id.
  *
- * "Refused" (see MISUSE.md) is checked by refused_cleanly(): the error code,
+ * "Refused" (see README.md, "Bad input") is checked by refused_cleanly(): the error code,
  * stats.rejected + 1, no record in fanout_list, no event, no child run.
  */
 #include <dirent.h>
@@ -184,13 +184,21 @@ static void E11_create_documented_maxima(void **state)
 	struct fanout_engine *e =
 		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN,
 			   .max_tasks = 1u << 24, .max_depth = 64,
-			   .spin_ns = 1000000000ull, .queue_slots = 1);
+			   .spin_ns = 1000000000ull, .queue_slots = 1,
+			   .max_pending = 1u << 24);
 	struct fanout_event *ev =
 		in_child(e, (fanout_fn)count_fn, &(atomic_int){0});
 
 	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
 	fanout_event_free(ev);
 	fanout_destroy(e);
+}
+
+static void E19_create_max_pending_too_big(void **state)
+{
+	create_expect(&(struct fanout_config){.workers = 1,
+					      .max_pending = (1u << 24) + 1},
+		      -EINVAL);
 }
 
 static void E12_shutdown_null(void **state)
@@ -211,6 +219,7 @@ struct selfcall {
 	struct fanout_engine *e, *other;
 	int rc;
 	atomic_int returned;
+	fanout_fn inner;
 };
 
 static int shutdown_self_child(struct fanout_child *c, void *arg)
@@ -219,6 +228,41 @@ static int shutdown_self_child(struct fanout_child *c, void *arg)
 
 	sc->rc = fanout_shutdown(sc->e);
 	return 0;
+}
+
+/* The nested form of E14/E16: app -> fanout_run(B) -> B's child calls
+ * fanout_run(A) -> A's child calls fn on B (sc->e).  One worker each, so
+ * the whole chain runs on this thread; test_shutdown.c has the cross-thread
+ * and deeper chains.  alarm(): a hang kills the suite instead of stalling. */
+static int nested_outer_child(struct fanout_child *c, void *arg)
+{
+	struct selfcall *sc = arg;
+	struct fanout_task t = {"inner", sc->inner, sc};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	struct fanout_event *ev = NULL;
+
+	CHECK(fanout_run(sc->other, &b, &ev) == 0);
+	fanout_event_free(ev);
+	return 0;
+}
+
+static void nested_call(struct fanout_engine *b, fanout_fn fn,
+			struct selfcall *sc)
+{
+	struct fanout_engine *a = eng1();
+	struct fanout_task t = {"outer", nested_outer_child, sc};
+	struct fanout_batch bt = {.tasks = &t, .ntasks = 1};
+	struct fanout_event *ev = NULL;
+
+	sc->e = b;
+	sc->other = a;
+	sc->inner = fn;
+	alarm(60);
+	assert_int_equal(fanout_run(b, &bt, &ev), 0);
+	alarm(0);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	fanout_event_free(ev);
+	fanout_destroy(a);
 }
 
 static void E14_shutdown_from_own_child(void **state)
@@ -231,6 +275,12 @@ static void E14_shutdown_from_own_child(void **state)
 	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
 	fanout_event_free(ev);
 	/* nothing changed: still accepting */
+	ev = in_child(e, (fanout_fn)count_fn, &(atomic_int){0});
+	fanout_event_free(ev);
+	/* from a child nested in a child of e */
+	sc.rc = 1;
+	nested_call(e, shutdown_self_child, &sc);
+	assert_int_equal(sc.rc, -EDEADLK);
 	ev = in_child(e, (fanout_fn)count_fn, &(atomic_int){0});
 	fanout_event_free(ev);
 	fanout_destroy(e);
@@ -260,6 +310,12 @@ static void E16_destroy_from_own_child(void **state)
 	fanout_event_free(ev);
 	ev = in_child(e, (fanout_fn)count_fn, &(atomic_int){0});
 	fanout_event_free(ev);
+	/* from a child nested in a child of e */
+	atomic_store(&sc.returned, 0);
+	nested_call(e, destroy_self_child, &sc);
+	assert_int_equal(atomic_load(&sc.returned), 1);
+	ev = in_child(e, (fanout_fn)count_fn, &(atomic_int){0});
+	fanout_event_free(ev);
 	fanout_destroy(e);
 }
 
@@ -270,6 +326,30 @@ static void E17_stats_null(void **state)
 
 	assert_int_equal(fanout_stats(NULL, &st), -EINVAL);
 	assert_int_equal(fanout_stats(e, NULL), -EINVAL);
+	fanout_destroy(e);
+}
+
+static void E20_worker_stats_null(void **state)
+{
+	struct fanout_engine *e = eng1();
+	struct fanout_worker_stats ws;
+
+	assert_int_equal(fanout_worker_stats(NULL, 0, &ws), -EINVAL);
+	assert_int_equal(fanout_worker_stats(e, 0, NULL), -EINVAL);
+	fanout_destroy(e);
+}
+
+static void E21_worker_stats_out_of_range(void **state)
+{
+	struct fanout_engine *e = eng1();
+	struct fanout_worker_stats ws, before;
+
+	memset(&ws, 0x5a, sizeof(ws));
+	before = ws;
+	assert_int_equal(fanout_worker_stats(e, 1, &ws), -ERANGE);
+	assert_int_equal(fanout_worker_stats(e, UINT_MAX, &ws), -ERANGE);
+	assert_memory_equal(&ws, &before, sizeof(ws));
+	assert_int_equal(fanout_worker_stats(e, 0, &ws), 0);
 	fanout_destroy(e);
 }
 
@@ -466,6 +546,60 @@ static void D08_async_pool_full(void **state)
 	fanout_event_free(ev);
 	assert_no_event(fanout_default_sink(e));
 	tb_free(hold);
+	fanout_destroy(e);
+}
+
+static void D17_sink_at_max_pending(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN,
+			   .max_pending = 2);
+	struct fanout_sink *s = NULL;
+	atomic_int ran = 0, dran = 0;
+	struct fanout_task dt = {"x", count_fn, &dran};
+	struct fanout_batch db = {.tasks = &dt, .ntasks = 1};
+	struct fanout_event *ev = NULL;
+	struct snap sn;
+	fanout_id id = 0, ids[2];
+	char msg[1024];
+
+	/* a created sink nobody drains holds two events: full */
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	db.sink = s;
+	for (int i = 0; i < 2; i++) {
+		ids[i] = 0;
+		assert_int_equal(fanout_dispatch(e, &db, &ids[i]), 0);
+		wait_finished(e, ids[i]);
+	}
+	sn = snap_of(e);
+	assert_int_equal(fanout_dispatch(e, &db, &id), -EBUSY);
+	refused_cleanly(e, &sn, 1, NULL);
+	assert_int_equal(atomic_load(&dran), 2);
+	assert_true(fanout_describe_error(e, -EBUSY, msg, sizeof(msg)) > 0);
+	assert_contains(msg, "nobody drains");
+	assert_contains(msg, "max_pending=2");
+	/* delegate runs inline instead, and says so */
+	assert_int_equal(fanout_delegate(e, &db, &id, &ev), FANOUT_INLINE_FULL);
+	assert_non_null(ev);
+	assert_true(id == ev->id);
+	assert_int_equal(atomic_load(&dran), 3);
+	fanout_event_free(ev);
+	/* the default sink has its own places */
+	ev = in_child(e, (fanout_fn)count_fn, &ran);
+	fanout_event_free(ev);
+	/* taking an event gives its place back */
+	ev = must_wait(s);
+	assert_true(ev->id == ids[0]);
+	fanout_event_free(ev);
+	assert_int_equal(fanout_dispatch(e, &db, &id), 0);
+	ev = must_wait(s);
+	assert_true(ev->id == ids[1]);
+	fanout_event_free(ev);
+	ev = must_wait(s);
+	assert_true(ev->id == id);
+	fanout_event_free(ev);
+	assert_no_event(s);
+	assert_int_equal(fanout_sink_destroy(s), 0);
 	fanout_destroy(e);
 }
 
@@ -1211,6 +1345,20 @@ static void S05_sink_destroy_pending(void **state)
 	assert_true(ev->id == id);
 	fanout_event_free(ev);
 	assert_int_equal(fanout_sink_destroy(s), 0);
+	/* an untaken event already waiting does not make it destroyable */
+	struct tbatch *quick = tb_new(1);
+
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	quick->b.sink = s;
+	tb->b.sink = s;
+	wait_finished(e, must_dispatch(e, quick));
+	atomic_store(&gate, 0);
+	id = must_dispatch(e, tb);
+	assert_int_equal(fanout_sink_destroy(s), -EBUSY);
+	atomic_store(&gate, 1);
+	wait_finished(e, id);
+	assert_int_equal(fanout_sink_destroy(s), 0); /* frees both events */
+	tb_free(quick);
 	tb_free(tb);
 	fanout_destroy(e);
 }
@@ -1521,6 +1669,9 @@ int main(void)
 		R(E16_destroy_from_own_child),
 		R(E17_stats_null),
 		R(E18_shutdown_other_engine_from_child),
+		R(E19_create_max_pending_too_big),
+		R(E20_worker_stats_null),
+		R(E21_worker_stats_out_of_range),
 		R(D01_null_engine),
 		R(D02_null_batch),
 		R(D03_null_tasks),
@@ -1537,6 +1688,7 @@ int main(void)
 		R(D14_null_strings),
 		R(D15_caller_reuses_memory),
 		R(D16_delegate_inside_child_is_inline),
+		R(D17_sink_at_max_pending),
 		R(C01_cancel_null_engine),
 		R(C02_cancel_id_zero),
 		R(C03_cancel_bad_how),

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* test_shutdown.c - fanout_shutdown/destroy: every event delivered, refusals. */
 #include <poll.h>
+#include <signal.h>
 
 #include "common.h"
 
@@ -279,6 +280,276 @@ static void shutdown_from_child_edeadlk(void **state)
 	fanout_destroy(e);
 }
 
+/*
+ * Shutdown/destroy from a child nested in a child of the engine (issue 9.2).
+ *
+ * The application calls fanout_run(eng[0]); each level's child calls
+ * fanout_run(eng[l + 1]); the innermost child tries fanout_shutdown() and
+ * fanout_destroy() of every engine up the chain: each would wait for the
+ * caller itself, so shutdown must return -EDEADLK and destroy do nothing.
+ * With `cross` = L, level L's run has two children and the one that runs on
+ * the caller's own thread only waits until the other, on a worker of
+ * eng[L], has made its attempts: the chain then crosses threads (the
+ * parent child sits in fanout_run on one thread, the nested child runs on
+ * another engine's worker).  A hang fails through the watchdog.
+ */
+#define NEST_MAX 3
+
+static void watchdog_fired(int sig)
+{
+	static const char msg[] = "test_shutdown: watchdog: a nested shutdown "
+				  "or destroy hung\n";
+
+	(void)sig;
+	(void)!write(2, msg, sizeof(msg) - 1);
+	_exit(1);
+}
+
+/* Fail the test (instead of hanging the suite) after @s seconds. */
+static void watchdog(unsigned s)
+{
+	signal(SIGALRM, watchdog_fired);
+	alarm(s);
+}
+
+struct nest;
+
+struct nest_arg {
+	struct nest *n;
+	unsigned level;
+};
+
+struct nest {
+	struct fanout_engine *eng[NEST_MAX];
+	unsigned levels;
+	unsigned cross;		     /* level with the two-child run; 0: none */
+	struct fanout_engine *other; /* unrelated: its shutdown is allowed */
+	struct nest_arg arg[NEST_MAX];
+	pthread_t caller[NEST_MAX]; /* the thread calling fanout_run(eng[l]) */
+	atomic_int worker_done;	 /* cross level: the worker child is through */
+	atomic_int attempts;	 /* innermost children that tried */
+	atomic_int rc[NEST_MAX]; /* the last fanout_shutdown(eng[l]) */
+	atomic_int other_rc;
+	atomic_int on_caller_thread; /* innermost ran on caller[0]'s thread */
+	atomic_int on_other_thread;  /* ... or on another one */
+};
+
+static int nest_fn(struct fanout_child *c, void *arg);
+
+/* Level l - 1's child: run level l (two children at the cross level). */
+static void nest_run(struct nest *n, unsigned l)
+{
+	struct fanout_task t[2] = {{"nested", nest_fn, &n->arg[l]},
+				   {"nested", nest_fn, &n->arg[l]}};
+	struct fanout_batch b = {.tasks = t,
+				 .ntasks = l && l == n->cross ? 2 : 1};
+	struct fanout_event *ev = NULL;
+
+	n->caller[l] = pthread_self();
+	CHECK(fanout_run(n->eng[l], &b, &ev) == 0);
+	if (!ev)
+		return;
+	CHECK(ev->status == FANOUT_COMPLETED);
+	CHECK(ev->ncompleted == b.ntasks);
+	fanout_event_free(ev);
+}
+
+static int nest_fn(struct fanout_child *c, void *arg)
+{
+	struct nest_arg *a = arg;
+	struct nest *n = a->n;
+	unsigned l = a->level, i;
+
+	(void)c;
+	if (l && l == n->cross && pthread_equal(pthread_self(), n->caller[l])) {
+		/* the caller's own child: keep the run open until the child
+		 * on eng[l]'s worker has made its attempts */
+		CHECK(wait_flag(&n->worker_done, GATE_MS));
+		return 0;
+	}
+	if (l + 1 < n->levels) {
+		nest_run(n, l + 1);
+	} else {
+		for (i = 0; i < n->levels; i++) {
+			atomic_store(&n->rc[i], fanout_shutdown(n->eng[i]));
+			CHECK(atomic_load(&n->rc[i]) == -EDEADLK);
+			fanout_destroy(n->eng[i]); /* must do nothing */
+		}
+		if (n->other)
+			atomic_store(&n->other_rc, fanout_shutdown(n->other));
+		if (pthread_equal(pthread_self(), n->caller[0]))
+			atomic_fetch_add(&n->on_caller_thread, 1);
+		else
+			atomic_fetch_add(&n->on_other_thread, 1);
+		atomic_fetch_add(&n->attempts, 1);
+	}
+	if (l && l == n->cross)
+		atomic_store(&n->worker_done, 1);
+	return 0;
+}
+
+/* An engine that was asked to shut down from inside still works. */
+static void still_works(struct fanout_engine *e)
+{
+	struct tbatch *tb = tb_new(3);
+	struct fanout_event *ev = NULL;
+	fanout_id id;
+
+	assert_int_equal(fanout_run(e, &tb->b, &ev), 0);
+	check_all_completed(ev, tb);
+	fanout_event_free(ev);
+	tb_free(tb);
+	tb = tb_new(3);
+	id = must_dispatch(e, tb);
+	ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	check_all_completed(ev, tb);
+	fanout_event_free(ev);
+	tb_free(tb);
+}
+
+/* Build the chain: eng[l] has workers[l] threads (unpinned, so the test
+ * does not depend on the CPUs), max_depth deep enough for the chain. */
+static void nest_go(struct nest *n, const unsigned *workers)
+{
+	unsigned l;
+
+	watchdog(120);
+	for (l = 0; l < n->levels; l++) {
+		n->eng[l] = NEW_ENGINE(.workers = workers[l],
+				       .flags = FANOUT_NO_PIN,
+				       .max_depth = NEST_MAX + 1);
+		n->arg[l] = (struct nest_arg){n, l};
+	}
+	nest_run(n, 0);
+	alarm(0);
+	assert_true(atomic_load(&n->attempts) >= 1);
+	for (l = 0; l < n->levels; l++)
+		assert_int_equal(atomic_load(&n->rc[l]), -EDEADLK);
+}
+
+static void nest_done(struct nest *n)
+{
+	unsigned l;
+
+	for (l = 0; l < n->levels; l++) {
+		still_works(n->eng[l]);
+		fanout_destroy(n->eng[l]);
+	}
+	if (n->other)
+		fanout_destroy(n->other);
+}
+
+/* app -> run(B) -> run(A) -> shutdown(B)/destroy(B), all on this thread
+ * (one worker each: a fanout_run caller then runs every child itself). */
+static void nested_shutdown_same_thread(void **state)
+{
+	static const unsigned workers[] = {1, 1};
+	struct nest n = {.levels = 2};
+
+	n.other = NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	nest_go(&n, workers);
+	/* the whole chain ran on this thread */
+	assert_int_equal(atomic_load(&n.on_caller_thread), 1);
+	assert_int_equal(atomic_load(&n.on_other_thread), 0);
+	/* an engine the chain does not wait for may be shut down (E18) */
+	assert_int_equal(atomic_load(&n.other_rc), 0);
+	nest_done(&n);
+}
+
+/* app -> run(B) -> run(A) with A's child on an A worker while B's child
+ * sits in fanout_run(A) on this thread -> shutdown(B)/destroy(B). */
+static void nested_shutdown_cross_thread(void **state)
+{
+	static const unsigned workers[] = {1, 2};
+	struct nest n = {.levels = 2, .cross = 1};
+	struct fanout_stats st;
+
+	nest_go(&n, workers);
+	assert_true(atomic_load(&n.on_other_thread) >= 1);
+	/* that other thread is one of A's workers */
+	st = stats_of(n.eng[1]);
+	assert_true(st.worker[0].children_run + st.worker[1].children_run >= 1);
+	nest_done(&n);
+}
+
+/* Three levels: app -> run(B) -> run(A) -> run(C) -> shutdown of B, A and
+ * C; once all on this thread, once with the chain crossing to an A worker
+ * at the middle level (C's child then runs on that worker too). */
+static void nested_shutdown_three_levels(void **state)
+{
+	static const unsigned same[] = {1, 1, 1}, crossing[] = {1, 2, 1};
+	struct nest n = {.levels = 3};
+	struct nest m = {.levels = 3, .cross = 1};
+
+	n.other = NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	nest_go(&n, same);
+	assert_int_equal(atomic_load(&n.on_caller_thread), 1);
+	assert_int_equal(atomic_load(&n.other_rc), 0);
+	nest_done(&n);
+
+	nest_go(&m, crossing);
+	assert_true(atomic_load(&m.on_other_thread) >= 1);
+	nest_done(&m);
+}
+
+/* A background link does not make the parent wait: app -> dispatch(B) ->
+ * B's child dispatches to A and returns -> A's child shuts B down: 0, and
+ * B's event was published before that shutdown returned. */
+struct bg_link {
+	struct fanout_engine *a, *b;
+	atomic_int b_child_done;
+	atomic_int rc;
+};
+
+static int bg_a_fn(struct fanout_child *c, void *arg)
+{
+	struct bg_link *k = arg;
+
+	(void)c;
+	CHECK(wait_flag(&k->b_child_done, GATE_MS));
+	atomic_store(&k->rc, fanout_shutdown(k->b));
+	return 0;
+}
+
+static int bg_b_fn(struct fanout_child *c, void *arg)
+{
+	struct bg_link *k = arg;
+	struct fanout_task t = {"in A", bg_a_fn, k};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+
+	(void)c;
+	CHECK(fanout_dispatch(k->a, &b, NULL) == 0);
+	atomic_store(&k->b_child_done, 1);
+	return 0;
+}
+
+static void background_link_shutdown_allowed(void **state)
+{
+	struct bg_link k = {.rc = 1};
+	struct fanout_task t = {"in B", bg_b_fn, &k};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	struct fanout_event *ev = NULL;
+	fanout_id id = 0;
+
+	watchdog(120);
+	k.a = NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	k.b = NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	assert_int_equal(fanout_dispatch(k.b, &b, &id), 0);
+	ev = must_wait(fanout_default_sink(k.a));
+	assert_int_equal(ev->status, FANOUT_COMPLETED);
+	fanout_event_free(ev);
+	alarm(0);
+	assert_int_equal(atomic_load(&k.rc), 0);
+	assert_int_equal(fanout_poll(fanout_default_sink(k.b), &ev), 0);
+	assert_true(ev->id == id);
+	assert_int_equal(ev->status, FANOUT_COMPLETED);
+	fanout_event_free(ev);
+	assert_int_equal(fanout_dispatch(k.b, &b, &id), -ESHUTDOWN);
+	fanout_destroy(k.b);
+	fanout_destroy(k.a);
+}
+
 /* A thread inside fanout_run when shutdown comes gets its event. */
 struct runner {
 	struct fanout_engine *e;
@@ -461,6 +732,10 @@ int main(void)
 		TC(destroy_frees_undrained_events),
 		TC(destroy_with_work_running),
 		TC(shutdown_from_child_edeadlk),
+		TC(nested_shutdown_same_thread),
+		TC(nested_shutdown_cross_thread),
+		TC(nested_shutdown_three_levels),
+		TC(background_link_shutdown_allowed),
 		TC(shutdown_interrupts_sync_run),
 		TC(shutdown_races_dispatch),
 	};

@@ -729,6 +729,84 @@ static void wait_in_child_does_not_help(void **state)
 	helpfix_finish(&f);
 }
 
+/*
+ * fanout.h, "Children waiting for events": a child that waits for the event
+ * of a later batch holds the only worker of a one-worker engine, and its
+ * own wait never runs children, so the event comes only if a top-level
+ * thread helps.  Without help the wait times out (with timeout < 0 it would
+ * never return); with a helping top-level fanout_wait the event comes, run
+ * on the helper's thread.
+ */
+struct later_wait {
+	struct fanout_sink *s2;
+	struct tbatch *later;
+	int timeout_ms;
+	atomic_int started;
+	int rc;
+	int later_runs_at_return;
+};
+
+static int later_wait_fn(struct fanout_child *c, void *arg)
+{
+	struct later_wait *lw = arg;
+	struct fanout_event *ev = NULL;
+
+	(void)c;
+	atomic_store(&lw->started, 1);
+	lw->rc = fanout_wait(lw->s2, &ev, lw->timeout_ms);
+	if (lw->rc == 0)
+		fanout_event_free(ev);
+	lw->later_runs_at_return = tb_runs(lw->later);
+	return 0;
+}
+
+static void later_wait_case(unsigned flags, int timeout_ms)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN | flags);
+	struct later_wait lw = {.timeout_ms = timeout_ms, .rc = 1};
+	struct fanout_task t = {"waits for the later batch", later_wait_fn,
+				&lw};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	struct fanout_event *ev;
+	fanout_id id1 = 0, id2;
+
+	assert_int_equal(fanout_sink_create(e, &lw.s2), 0);
+	lw.later = tb_new(1);
+	lw.later->b.sink = lw.s2;
+	assert_int_equal(fanout_dispatch(e, &b, &id1), 0);
+	assert_true(wait_flag(&lw.started, WAIT_MS)); /* it holds the worker */
+	id2 = must_dispatch(e, lw.later);
+	/* helping or not, per the engine's flag */
+	ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id1);
+	assert_int_equal(ev->status, FANOUT_COMPLETED);
+	fanout_event_free(ev);
+	if (flags & FANOUT_WAIT_HELPS) {
+		assert_int_equal(lw.rc, 0);
+		assert_int_equal(lw.later_runs_at_return, 1);
+		assert_true(pthread_equal(lw.later->probes[0].thread,
+					  pthread_self()));
+	} else {
+		assert_int_equal(lw.rc, -ETIMEDOUT);
+		assert_int_equal(lw.later_runs_at_return, 0);
+		/* once the child let go of the worker, the later batch runs */
+		ev = must_wait(lw.s2);
+		assert_true(ev->id == id2);
+		check_all_completed(ev, lw.later);
+		fanout_event_free(ev);
+	}
+	assert_int_equal(fanout_sink_destroy(lw.s2), 0);
+	tb_free(lw.later);
+	fanout_destroy(e);
+}
+
+static void child_wait_needs_another_runner(void **state)
+{
+	later_wait_case(0, 100);		     /* nobody helps: timeout */
+	later_wait_case(FANOUT_WAIT_HELPS, WAIT_MS); /* this thread helps */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -753,6 +831,7 @@ int main(void)
 		TC(wait_helps_runs_queued_children),
 		TC(wait_pure_does_not_help),
 		TC(wait_in_child_does_not_help),
+		TC(child_wait_needs_another_runner),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,6 +2,8 @@
 /* test_stats.c - fanout_stats counters move as documented. */
 #include "common.h"
 
+#include <dirent.h>
+
 static uint64_t worker_children_sum(const struct fanout_stats *st)
 {
 	uint64_t s = 0;
@@ -273,13 +275,163 @@ static void stats_parks_and_wakeups(void **state)
 	fanout_destroy(e);
 }
 
+/*
+ * Threads of this process named "fanout-w<i>": count[i] for i < n gets how
+ * many carry index i; returns how many carry such a name at all.
+ */
+static unsigned worker_names(unsigned *count, unsigned n)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+	unsigned total = 0;
+
+	assert_non_null(d);
+	memset(count, 0, n * sizeof(*count));
+	while ((de = readdir(d))) {
+		char path[300], comm[32], tail;
+		unsigned i;
+		FILE *f;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
+			 de->d_name);
+		f = fopen(path, "r");
+		if (!f) /* the thread exited meanwhile */
+			continue;
+		if (fgets(comm, sizeof(comm), f)) {
+			comm[strcspn(comm, "\n")] = '\0';
+			if (!strncmp(comm, "fanout-w", 8)) {
+				total++;
+				if (sscanf(comm + 8, "%u%c", &i, &tail) == 1 &&
+				    i < n)
+					count[i]++;
+			}
+		}
+		fclose(f);
+	}
+	closedir(d);
+	return total;
+}
+
+/* Wait (bounded) until no thread named fanout-w* is left: a joined thread
+ * may linger in /proc for a moment after pthread_join returns. */
+static void no_worker_names_left(void)
+{
+	uint64_t end = mono_ms() + WAIT_MS;
+	unsigned dummy;
+
+	while (worker_names(&dummy, 1) != 0) {
+		assert_true(mono_ms() < end);
+		sleep_ms(1);
+	}
+}
+
+/* Every worker thread is named fanout-w<index>, from fanout_create() on. */
+static void stats_thread_names(void **state)
+{
+	unsigned count[4];
+
+	no_worker_names_left(); /* earlier tests' engines are gone */
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 3, .flags = FANOUT_NO_PIN);
+
+	assert_int_equal(worker_names(count, 4), 3);
+	assert_int_equal(count[0], 1);
+	assert_int_equal(count[1], 1);
+	assert_int_equal(count[2], 1);
+	assert_int_equal(count[3], 0);
+	fanout_destroy(e);
+	no_worker_names_left();
+}
+
+#define MANY_WORKERS 80u
+
+struct many {
+	atomic_int started;
+	atomic_int ran_on[MANY_WORKERS]; /* by the runner's thread name */
+	atomic_int bad_name;
+};
+
+/* Holds its worker until all MANY_WORKERS children run at once, so each
+ * worker runs exactly one; notes which worker by its thread name. */
+static int many_fn(struct fanout_child *c, void *arg)
+{
+	struct many *m = arg;
+	char name[16];
+	unsigned i;
+
+	if (pthread_getname_np(pthread_self(), name, sizeof(name)) ||
+	    sscanf(name, "fanout-w%u", &i) != 1 || i >= MANY_WORKERS)
+		atomic_fetch_add(&m->bad_name, 1);
+	else
+		atomic_fetch_add(&m->ran_on[i], 1);
+	atomic_fetch_add(&m->started, 1);
+	CHECK(wait_ge(&m->started, MANY_WORKERS, GATE_MS));
+	return 0;
+}
+
+/* fanout_worker_stats() reaches the workers past the 64 of st.worker[]. */
+static void stats_worker_stats_beyond_64(void **state)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = MANY_WORKERS,
+					     .max_children = MANY_WORKERS,
+					     .flags = FANOUT_NO_PIN);
+	struct fanout_task t[MANY_WORKERS];
+	struct fanout_batch b = {.tasks = t, .ntasks = MANY_WORKERS};
+	struct fanout_worker_stats ws, sentinel;
+	struct fanout_event *ev;
+	struct fanout_stats st;
+	static struct many m;
+
+	memset(&m, 0, sizeof(m));
+	for (unsigned i = 0; i < MANY_WORKERS; i++)
+		t[i] = (struct fanout_task){"hold", many_fn, &m};
+	assert_int_equal(fanout_dispatch(e, &b, NULL), 0);
+	ev = must_wait(fanout_default_sink(e));
+	assert_int_equal(ev->ncompleted, MANY_WORKERS);
+	fanout_event_free(ev);
+	assert_int_equal(atomic_load(&m.bad_name), 0);
+
+	st = stats_of(e);
+	assert_int_equal(st.nworkers, MANY_WORKERS);
+	assert_int_equal(st.children_run, MANY_WORKERS);
+	for (unsigned i = 0; i < MANY_WORKERS; i++) {
+		memset(&ws, 0xa5, sizeof(ws));
+		assert_int_equal(fanout_worker_stats(e, i, &ws), 0);
+		/* the worker named fanout-w<i> is worker i, and ran one */
+		assert_int_equal(atomic_load(&m.ran_on[i]), 1);
+		assert_int_equal(ws.children_run, 1);
+		assert_int_equal(ws.cpu, -1); /* FANOUT_NO_PIN */
+		if (i < FANOUT_STATS_MAX_WORKERS) {
+			assert_int_equal(st.worker[i].children_run, 1);
+			assert_int_equal(st.worker[i].cpu, -1);
+		}
+	}
+	/* Out of range and NULL: refused, *out untouched. */
+	memset(&ws, 0xa5, sizeof(ws));
+	memcpy(&sentinel, &ws, sizeof(ws));
+	assert_int_equal(fanout_worker_stats(e, MANY_WORKERS, &ws), -ERANGE);
+	assert_int_equal(fanout_worker_stats(e, UINT_MAX, &ws), -ERANGE);
+	assert_memory_equal(&ws, &sentinel, sizeof(ws));
+	assert_int_equal(fanout_worker_stats(NULL, 0, &ws), -EINVAL);
+	assert_int_equal(fanout_worker_stats(e, 0, NULL), -EINVAL);
+	assert_non_null(strstr(fanout_strerror(-ERANGE), "worker"));
+	fanout_destroy(e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		TC(stats_fresh_engine),	     TC(stats_dispatch_and_run_counts),
-		TC(stats_worker_sum_many),   TC(stats_rejected),
-		TC(stats_cancel_counts),     TC(stats_running_gauges),
+		TC(stats_fresh_engine),
+		TC(stats_dispatch_and_run_counts),
+		TC(stats_worker_sum_many),
+		TC(stats_rejected),
+		TC(stats_cancel_counts),
+		TC(stats_running_gauges),
 		TC(stats_parks_and_wakeups),
+		TC(stats_thread_names),
+		TC(stats_worker_stats_beyond_64),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -211,10 +211,11 @@ class Task:
     summary); an exception makes it an error, with the exception's text.
     """
 
-    __slots__ = ("goal", "fn", "args", "kind")
+    __slots__ = ("goal", "fn", "args", "kind", "_cgoal")
 
     def __init__(self, goal, fn, *args):
         self.goal = str(goal)
+        self._cgoal = None  # the goal as a C string, made once
         self.fn = fn
         self.args = args
         if isinstance(fn, CChild):
@@ -639,7 +640,9 @@ class Engine:
         for i, t in enumerate(tasks):
             if not isinstance(t, Task):
                 raise TypeError(f"tasks[{i}] is not a fanout.Task: {t!r}")
-            g = ffi.new("char[]", t.goal.encode())
+            g = t._cgoal
+            if g is None:
+                g = t._cgoal = ffi.new("char[]", t.goal.encode())
             keep.append(g)
             ctasks[i].goal = g
             if t.kind == "c":

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * peer_omp.c - OpenMP tasks (gcc's libgomp).  Every measurement runs inside
+ * peer-omp.c - OpenMP tasks (gcc's libgomp).  Every measurement runs inside
  * one `parallel num_threads(N)` region with the driver in `single`; the
  * other threads wait at the region's barrier and execute tasks.
  *

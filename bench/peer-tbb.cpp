@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 //
-// peer_tbb.cpp - oneTBB behind the C harness: one tbb::task_group per batch,
+// peer-tbb.cpp - oneTBB behind the C harness: one tbb::task_group per batch,
 // task_group::run() per child, task_group::wait() as the join (the waiting
 // thread executes tasks meanwhile).  Concurrency is limited to the bench's
 // thread count with tbb::global_control, i.e. the waiting thread plus N-1

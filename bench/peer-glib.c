@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * peer_glib.c - GLib's GThreadPool: an exclusive pool of N threads,
+ * peer-glib.c - GLib's GThreadPool: an exclusive pool of N threads,
  * g_thread_pool_push() per child; the join is the GLib idiom of an atomic
  * counter whose last decrement signals a GCond under a GMutex.
  */

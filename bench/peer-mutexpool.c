@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * peer_mutexpool.c - the classic C thread pool, as most C code writes it:
+ * peer-mutexpool.c - the classic C thread pool, as most C code writes it:
  * one task queue (a ring of {fn, arg}) under one mutex, a condition variable
  * the workers sleep on, one lock/signal per submitted task; and a per-batch
  * counter + mutex + condition variable for the join.  The submitter does not

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * peer_uv.c - libuv's threadpool: uv_queue_work() per child, the work
+ * peer-uv.c - libuv's threadpool: uv_queue_work() per child, the work
  * callback on a pool thread, the completion (after_work) callback through
  * the event loop on the submitting thread, which counts the batch down.
  * The pool size is UV_THREADPOOL_SIZE, set to the bench's thread count

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""peer_python.py - Python's concurrent.futures.ThreadPoolExecutor as a
+"""peer-python.py - Python's concurrent.futures.ThreadPoolExecutor as a
 fan-out/join peer of fanout-bench: submit N no-op children, wait for them.
 
 fanout-bench runs it as a subprocess with --serve and the same thread
