@@ -222,7 +222,8 @@ void bench_report_bars(void)
 {
 	compute_bars();
 	FILE *f = bench_opt.out;
-	fprintf(f, "\n== the bars: fanout against its targets (fanout = the fanout_dispatch "
+	fprintf(f, "\n== the bars: fanout against its targets (fanout = the "
+		   "fanout_dispatch "
 		   "path) ==\n");
 	for (size_t i = 0; i < nbars; i++)
 		fprintf(f, "  [%s] %-62s %-9s %s\n",
@@ -331,6 +332,34 @@ void bench_report_json(FILE *f)
 static const char *plot_peers[] = {"fanout",	"fanout_help", "fanout_run",
 				   "mutexpool", "libuv",       "glib",
 				   "openmp",	"onetbb",      "python-tpe"};
+/* One colour per peer, the same in every chart (index of plot_peers). */
+static const char *plot_colours[] = {"#d62728", "#ff7f0e", "#8c564b",
+				     "#7f7f7f", "#2ca02c", "#17becf",
+				     "#9467bd", "#1f77b4", "#bcbd22"};
+
+static const char *peer_colour(const char *peer)
+{
+	for (size_t i = 0; i < BENCH_ARRAY_SIZE(plot_peers); i++)
+		if (!strcmp(plot_peers[i], peer))
+			return plot_colours[i];
+	return "#000000";
+}
+
+/* Plot commands for a sweep file written by write_sweep: each peer's
+ * median with the spread over rounds (min..max) as error bars, in its own
+ * colour. */
+static void plot_sweep(FILE *g, const char *dir, const char *file,
+		       const char **cols, size_t nc)
+{
+	fputs("plot ", g);
+	for (size_t c = 0; c < nc; c++)
+		fprintf(g,
+			"%s'%s/%s' using 1:%zu:%zu:%zu with yerrorlines lw 2 "
+			"lc rgb '%s' title '%s'",
+			c ? ", " : "", dir, file, 2 + 3 * c, 3 + 3 * c,
+			4 + 3 * c, peer_colour(cols[c]), cols[c]);
+	fputc('\n', g);
+}
 
 static bool have_peer(const char *scen, const char *metric, const char *peer)
 {
@@ -355,18 +384,26 @@ static bool write_sweep(const char *dir, const char *scen, const char *file,
 			cols[(*nc)++] = plot_peers[i];
 	fputs("batch", d);
 	for (size_t c = 0; c < *nc; c++)
-		fprintf(d, " %s", cols[c]);
+		fprintf(d, " %s %s_min %s_max", cols[c], cols[c], cols[c]);
 	fputc('\n', d);
 	for (unsigned s = 0; s < BENCH_NSIZES; s++) {
-		char met[32];
+		char met[32], lo[64], hi[64];
 		snprintf(met, sizeof(met), "batch %u", bench_sizes[s]);
+		snprintf(lo, sizeof(lo), "%s min", scen);
+		snprintf(hi, sizeof(hi), "%s max", scen);
 		fprintf(d, "%u", bench_sizes[s]);
 		for (size_t c = 0; c < *nc; c++) {
-			double v = fig(scen, met, cols[c]);
-			if (isnan(v))
-				fputs(" NaN", d);
-			else
-				fprintf(d, " %.6g", v);
+			double v[3] = {fig(scen, met, cols[c]),
+				       fig(lo, met, cols[c]),
+				       fig(hi, met, cols[c])};
+			for (int k = 0; k < 3; k++) {
+				if (isnan(v[k]))
+					v[k] = v[0]; /* no spread recorded */
+				if (isnan(v[k]))
+					fputs(" NaN", d);
+				else
+					fprintf(d, " %.6g", v[k]);
+			}
 		}
 		fputc('\n', d);
 	}
@@ -435,22 +472,19 @@ void bench_report_plots(void)
 		"set xlabel 'children per batch (1 and 8: 16 children in "
 		"flight)'\n"
 		"set ylabel 'children / s'\n"
-		"set xtics (1, 8, 64, 512, 4096)\n"
-		"plot for [i=2:%zu] '%s/throughput.dat' using 1:i with "
-		"linespoints "
-		"lw 2 title columnheader(i)\n",
-		dir, bench_opt.nthreads, model, nc + 1, dir);
-	if (ns)
+		"set xtics (1, 8, 64, 512, 4096)\n",
+		dir, bench_opt.nthreads, model);
+	plot_sweep(g, dir, "throughput.dat", cols, nc);
+	if (ns) {
 		fprintf(g,
 			"set output '%s/submit.png'\n"
 			"set title 'submit call cost vs batch size: time until "
 			"fanout_dispatch() / the peer''s submit returns'\n"
 			"set ylabel 'ns per call'\n"
-			"set xlabel 'children per batch'\n"
-			"plot for [i=2:%zu] '%s/submit.dat' using 1:i with "
-			"linespoints "
-			"lw 2 title columnheader(i)\n",
-			dir, ns + 1, dir);
+			"set xlabel 'children per batch'\n",
+			dir);
+		plot_sweep(g, dir, "submit.dat", scols, ns);
+	}
 	if (nl) {
 		fprintf(g,
 			"reset\n"

@@ -174,6 +174,15 @@ void bench_scen_throughput(void)
 				"throughput", mbuf[s], hx_at(p)->ops->name,
 				bench_median(&v[(p * BENCH_NSIZES + s) * R], R),
 				"children/s", BENCH_HIGHER);
+			/* the spread over rounds, for the plots */
+			bench_fig_add(
+				"throughput min", mbuf[s], hx_at(p)->ops->name,
+				bench_min(&v[(p * BENCH_NSIZES + s) * R], R),
+				"children/s", BENCH_INFO);
+			bench_fig_add(
+				"throughput max", mbuf[s], hx_at(p)->ops->name,
+				bench_max(&v[(p * BENCH_NSIZES + s) * R], R),
+				"children/s", BENCH_INFO);
 			double c = bench_median(&pc[(p * BENCH_NSIZES + s) * R],
 						R);
 			if (!isnan(c))
@@ -247,11 +256,20 @@ void bench_scen_dispatch(void)
 		snprintf(lbuf[s], sizeof(lbuf[s]), "%u", bench_sizes[s]);
 		metrics[nm] = mbuf[s];
 		labels[nm++] = lbuf[s];
-		for (size_t p = 0; p < np; p++)
+		for (size_t p = 0; p < np; p++) {
 			bench_fig_add(
 				"submit call", mbuf[s], hx_at(p)->ops->name,
 				bench_median(&v[(p * BENCH_NSIZES + s) * R], R),
 				"ns", BENCH_LOWER);
+			bench_fig_add(
+				"submit call min", mbuf[s], hx_at(p)->ops->name,
+				bench_min(&v[(p * BENCH_NSIZES + s) * R], R),
+				"ns", BENCH_INFO);
+			bench_fig_add(
+				"submit call max", mbuf[s], hx_at(p)->ops->name,
+				bench_max(&v[(p * BENCH_NSIZES + s) * R], R),
+				"ns", BENCH_INFO);
+		}
 	}
 	fprintf(bench_opt.out,
 		"\n== submit call cost vs batch size: time until "

@@ -620,10 +620,13 @@ FANOUT_API void fanout_destroy(struct fanout_engine *e);
  * > max_tasks); -EBUSY (max_async background delegations running, the
  * sink holding max_pending events nobody has taken yet, or the work ring
  * full; fanout_describe_error() says which); -ELOOP (children would be
- * deeper than max_depth); -ENOMEM; -ESHUTDOWN; -EOWNERDEAD (@e was
- * created before a fork(), in the parent; not counted in stats.rejected).
- * On error nothing happened
- * and no event will come.
+ * deeper than max_depth); -ENOMEM; -ESHUTDOWN; -ECANCELED (batch->within
+ * names a deferred child the library already finished: its tree was
+ * interrupted); -EINVAL also for a bad join, quorum or deadline_ns;
+ * -EAGAIN (the engine's timer thread could not be started for the first
+ * deadline); -EOWNERDEAD (@e was created before a fork(), in the parent;
+ * not counted in stats.rejected).  On error nothing happened and no event
+ * will come.
  * Memory ordering: full barrier on success; none on failure.
  */
 FANOUT_API int fanout_dispatch(struct fanout_engine *e,
@@ -643,7 +646,8 @@ FANOUT_API int fanout_dispatch(struct fanout_engine *e,
  * Context: blocks until every child has finished.
  * Return: 0 (the children's outcomes are in the event, not here); -EINVAL;
  * -E2BIG; -ELOOP when called from a child at depth max_depth; -ENOMEM;
- * -ESHUTDOWN; -EOWNERDEAD (@e crossed a fork(); nothing ran).
+ * -ESHUTDOWN; -ECANCELED and -EAGAIN (as fanout_dispatch); -EOWNERDEAD
+ * (@e crossed a fork(); nothing ran).
  */
 FANOUT_API int fanout_run(struct fanout_engine *e,
 			  const struct fanout_batch *batch,
@@ -846,6 +850,9 @@ FANOUT_API struct fanout_child *fanout_current_child(void);
  * counts against max_children until it completes: while max_children
  * children of the delegation are pending, its workers start no new child
  * of it (they move on to other work and come back when one completes).
+ * The one exception: children that had already started when the first
+ * child of the delegation deferred (at most one per worker) may defer
+ * beyond the limit.
  *
  * Exactly one of these finishes a pending child, whichever comes first:
  * its fanout_complete(); fanout_cancel() with FANOUT_CANCEL_ABANDON; the

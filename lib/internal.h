@@ -4,10 +4,16 @@
  * every non-static function is named fanout__* and hidden.
  *
  * Legend: I: set before the object is published, read-only after.
- * A: atomic.  F: written once by the finaliser before `state` turns
- * FINISHED (release); read by others only after an acquire load of `state`
- * or after receiving the event.  C: written only by the thread that claimed
- * that child (or the canceller that claimed it).
+ * A: atomic (or an object whose own operations are: an eventcount, the
+ * ends of liburcu's queue, the block cache).  F: written once by the
+ * finaliser before `state` turns FINISHED (release); read by others only
+ * after an acquire load of `state` or after receiving the event.
+ * C: written only by the thread that claimed that child (or the canceller
+ * that claimed it; for a deferred child, whoever finished it).  W: written
+ * only by its worker thread, read by anyone (relaxed).  H: handed over:
+ * written before a release and read only after the matching acquire.
+ * L: linkage changed only by liburcu's own operations (list and queue
+ * nodes, rcu_head); list writers hold the registry lock of tree.c.
  */
 #ifndef FANOUT_LIB_INTERNAL_H
 #define FANOUT_LIB_INTERNAL_H
@@ -30,6 +36,7 @@
 #include "fanout.h"
 #include "../queue/alloc.h"
 #include "../queue/annotate.h"
+#include "../queue/clock.h"
 #include "../queue/fq.h"
 #include "probes.h"
 
@@ -71,6 +78,7 @@ extern int fanout__rcu_token;
 #define PEND_RUN 0x4u  /* someone claimed running the callback */
 
 struct fanout_timer;
+struct leftover;
 struct fanout_table;
 
 enum rec_state { REC_RUNNING = 0, REC_FINISHED = 1 };
@@ -79,7 +87,7 @@ enum rec_state { REC_RUNNING = 0, REC_FINISHED = 1 };
  * (run_token): one line per runner, so progress for lookup costs a private
  * store per child (see snapshot()). */
 struct progress_slot {
-	_Atomic uint32_t n;
+	_Atomic uint32_t n; /* A (W: only its runner writes it) */
 } __attribute__((aligned(CACHELINE)));
 
 struct task_slot {
@@ -90,8 +98,8 @@ struct task_slot {
 
 /* The running child; lives on the stack of the thread that runs it. */
 struct fanout_child {
-	struct record *rec;
-	unsigned index;
+	struct record *rec;		/* I */
+	unsigned index;			/* I */
 	struct fanout_result *res;	/* C */
 	struct fanout_pending *pending; /* C: set by fanout_defer() */
 	uint64_t t0;			/* C: start, fq_cycles() */
@@ -113,11 +121,11 @@ struct fanout_pending {
 	fanout_id id;		     /* I */
 	unsigned index;		     /* I */
 	uint64_t t0;		     /* I: the child's start, fq_cycles() */
-	/* I once PEND_CB is set (the CAS that sets it is a release). */
-	void (*cb)(struct fanout_pending *p, void *arg);
-	void *cb_arg;
-	_Atomic uint32_t state; /* A: PEND_* */
-	_Atomic uint32_t refs;	/* A */
+	/* H: written by the one registrant before PEND_CB (release). */
+	void (*cb)(struct fanout_pending *p, void *arg); /* H */
+	void *cb_arg;					 /* H */
+	_Atomic uint32_t state;				 /* A: PEND_* */
+	_Atomic uint32_t refs;				 /* A */
 };
 
 /*
@@ -150,17 +158,17 @@ struct record {
 	 * followed only from synchronous records (engine.c,
 	 * waits_for_caller()). */
 	struct record *parent;
-	/* I: copied into the event by the finaliser, so dispatch never
+	/* Copied into the event by the finaliser, so dispatch never
 	 * touches the event's lines (the finaliser writes them anyway). */
-	const char *context;
-	const char *session_key;
-	void *user;
+	const char *context;	 /* I */
+	const char *session_key; /* I */
+	void *user;		 /* I */
 	fanout_id parent_id; /* I: record whose child started this one, or 0 */
 	uint64_t parent_engine; /* I: that record's engine's serial */
 	uint64_t deadline;	/* I: absolute, fq_now_ns(); 0 = none */
 	unsigned join;		/* I: FANOUT_JOIN_* */
 	unsigned quorum;	/* I: completed children that end a QUORUM */
-	struct record *dl_next; /* A: the timer's inbox link (timer.c) */
+	struct record *dl_next; /* H: the timer's inbox link (timer.c) */
 	/* A: a child of this record started a delegation (the cancel tree
 	 * scans for it only then; see tree.c). */
 	_Atomic bool has_kids;
@@ -179,9 +187,11 @@ struct record {
 	_Atomic uint32_t npending; /* A: deferred, not finished yet */
 	_Atomic uint32_t places; /* A: children holding a max_children place */
 	_Atomic uint32_t parked; /* A: tokens waiting for a place */
+	/* A: claimed ranges handed back for want of a place (join.c) */
+	_Atomic(struct leftover *) leftovers;
 	_Atomic uint32_t ncompleted; /* A: completed children (QUORUM) */
-	struct rcu_head rcu;	     /* deferred free */
-	struct cds_wfcq_node qnode;  /* sink linkage */
+	struct rcu_head rcu;	     /* L: deferred free */
+	struct cds_wfcq_node qnode;  /* L: sink linkage */
 	uint64_t finish_seq;	     /* F: position among finished records */
 
 	/* Hot: every child of the batch touches these; own line. */
@@ -199,21 +209,21 @@ struct record {
 
 struct fanout_sink {
 	/* Producers: enqueue + signal. */
-	struct cds_wfcq_tail tail __attribute__((aligned(CACHELINE)));
+	struct cds_wfcq_tail tail __attribute__((aligned(CACHELINE))); /* A */
 	struct fq_ec ec;      /* A: consumers waiting in fanout_wait */
 	_Atomic bool fd_used; /* A: fanout_sink_fd() was called */
 	_Atomic bool armed;   /* A: the eventfd is (about to be) readable */
 
 	/* Consumer side. */
-	struct cds_wfcq_head head __attribute__((aligned(CACHELINE)));
+	struct cds_wfcq_head head __attribute__((aligned(CACHELINE))); /* A */
 	_Atomic bool busy; /* A: a consumer is inside poll/wait */
 
 	struct fanout_engine *e;   /* I */
 	uint32_t fork_gen;	   /* I: fanout__fork_gen at creation */
 	int efd;		   /* I */
 	bool is_default;	   /* I */
-	struct cds_list_head node; /* in e->sinks: RCU list, tree.c lock */
-	struct rcu_head rcu;
+	struct cds_list_head node; /* L: in e->sinks */
+	struct rcu_head rcu;	   /* L */
 
 	/* Back-pressure (sink.c): touched by dispatchers and the consumer -
 	 * often one thread - never by the publishing worker, so it has its
@@ -225,51 +235,53 @@ struct fanout_sink {
 };
 
 struct fanout_engine {
-	/* I: configuration after defaults. */
-	struct fanout_config cfg;
-	struct fq *q;
-	struct fanout_table *table; /* records by id (table.c) */
-	struct cds_list_head sinks; /* A: RCU list; writers: tree.c lock */
-	struct fanout_sink *default_sink;
+	struct fanout_config cfg;	      /* I: after defaults */
+	struct fq *q;			      /* I */
+	struct fanout_table *table;	      /* I: records by id (table.c) */
+	struct cds_list_head sinks;	      /* L: RCU list of every sink */
+	struct fanout_sink *default_sink;     /* I */
 	_Atomic(struct record *) *kept;	      /* A: cfg.keep_completed slots */
 	_Atomic uint64_t *st_worker_children; /* I pointer; per worker, W */
 	unsigned max_tokens; /* I: min(workers, max_children) */
 	uint32_t fork_gen;   /* I: fanout__fork_gen at creation (fork.c) */
 
 	/* Touched only by dispatching threads. */
-	_Atomic uint64_t st_dispatched __attribute__((aligned(CACHELINE)));
-	_Atomic uint64_t st_runs;
+	_Atomic uint64_t st_dispatched
+		__attribute__((aligned(CACHELINE))); /* A */
+	_Atomic uint64_t st_runs;		     /* A */
 
 	/* Touched by dispatchers and finalisers alike: their own line. */
-	_Atomic uint32_t async_running __attribute__((aligned(CACHELINE)));
+	_Atomic uint32_t async_running
+		__attribute__((aligned(CACHELINE))); /* A */
 	_Atomic uint32_t active; /* A: unfinished records + calls in flight */
 
 	/* Touched only by finalisers. */
-	_Atomic uint64_t finish_seq __attribute__((aligned(CACHELINE)));
-	_Atomic uint64_t st_completed;
+	_Atomic uint64_t finish_seq __attribute__((aligned(CACHELINE))); /* A */
+	_Atomic uint64_t st_completed;					 /* A */
 
 	/* Shutdown. */
-	_Atomic uint32_t shutting __attribute__((aligned(CACHELINE)));
-	struct fq_ec drained; /* signalled when active reaches 0 */
-	_Atomic uint32_t shut_done;
+	_Atomic uint32_t shutting __attribute__((aligned(CACHELINE))); /* A */
+	struct fq_ec drained;	    /* A: signalled when active reaches 0 */
+	_Atomic uint32_t shut_done; /* A */
 
 	/* Colder statistics (relaxed; exact once quiescent). */
-	_Atomic uint64_t st_rejected __attribute__((aligned(CACHELINE)));
-	_Atomic uint64_t st_cancelled;
-	_Atomic uint64_t st_skipped;
-	_Atomic uint64_t st_helper_children; /* run by non-worker threads */
+	_Atomic uint64_t st_rejected
+		__attribute__((aligned(CACHELINE))); /* A */
+	_Atomic uint64_t st_cancelled;		     /* A */
+	_Atomic uint64_t st_skipped;		     /* A */
+	_Atomic uint64_t st_helper_children; /* A: run by non-worker threads */
 
 	/* The deadline timer (timer.c); started on the first deadline. */
-	struct fanout_timer *timer; /* A: via timer_state */
-	_Atomic uint32_t timer_state;
+	struct fanout_timer *timer;   /* H: published by timer_state */
+	_Atomic uint32_t timer_state; /* A */
 
 	/* Every engine, for the cancel tree (tree.c). */
-	struct cds_list_head engines_node;
+	struct cds_list_head engines_node; /* L */
 	uint64_t serial; /* I: unique per process, never reused (tree.c) */
 
 	/* Large record blocks kept for reuse (alloc.c): taken by dispatch,
 	 * given back by the call_rcu callbacks that free records. */
-	struct fa_cache blocks __attribute__((aligned(CACHELINE)));
+	struct fa_cache blocks __attribute__((aligned(CACHELINE))); /* A */
 };
 
 /* record.c */

@@ -48,7 +48,15 @@
  * `parked`; both seq_cst, so at least one of them sees the other, and the
  * CAS on `parked` lets exactly one of them own the token.  claim_rest and
  * finalise release every parked token still there, so none outlives the
- * record's join.
+ * record's join.  A runner that read `deferring` false claimed a chunk of
+ * several children; when it finds no place for the next of them, it hands
+ * the rest of the chunk back as a leftover range (a push-only stack,
+ * emptied whole by exchange, so no ABA) and parks; runners take leftover
+ * ranges before claiming new indices.  Leftovers are children claimed but
+ * not finished, so `remaining` counts them; a canceller skips them
+ * (exchange), and a runner that pushes one re-reads `cancel` (seq_cst,
+ * against the canceller's fetch_or before its exchange) and skips them
+ * itself if it was too late for the canceller.
  */
 #include "internal.h"
 
@@ -363,10 +371,100 @@ static bool run_child(struct record *rec, unsigned i, uint64_t *clock,
 }
 
 /* What a runner did: children it ran (called fn), finished (ran and
- * returned, or skipped) and skipped. */
+ * returned, or skipped) and skipped; whether it handed children back for
+ * want of a place (it should park). */
 struct tally {
 	unsigned ran, done, skipped;
+	bool handed_back;
 };
+
+/* A claimed range handed back (see "Places"). */
+struct leftover {
+	uint32_t lo, hi;
+	struct leftover *next;
+};
+
+/* Skip every leftover range: the delegation was cancelled. */
+static void skip_leftovers(struct record *rec, uint32_t cancel)
+{
+	/* seq_cst: the canceller's exchange after its fetch_or (or the
+	 * pusher's after its re-check); each gets disjoint ranges. */
+	struct leftover *l = atomic_exchange_explicit(&rec->leftovers, NULL,
+						      memory_order_seq_cst),
+			*next;
+	uint32_t i, k = 0;
+
+	for (; l; l = next) {
+		next = l->next;
+		for (i = l->lo; i < l->hi; i++)
+			skip_child(rec, i, cancel);
+		k += l->hi - l->lo;
+		fanout__free_small(l, sizeof(*l));
+	}
+	if (k) {
+		fanout__stat_add(&rec->e->st_skipped, k);
+		fanout__join_sub(rec, k);
+	}
+}
+
+static void push_leftovers(struct record *rec, struct leftover *first,
+			   struct leftover *last)
+{
+	struct leftover *h =
+		atomic_load_explicit(&rec->leftovers, memory_order_relaxed);
+	uint32_t cancel;
+
+	do {
+		last->next = h;
+		/* seq_cst: publishes the nodes (release) and is the store of
+		 * the store-load pair with a canceller (see "Places"). */
+	} while (!atomic_compare_exchange_weak_explicit(
+		&rec->leftovers, &h, first, memory_order_seq_cst,
+		memory_order_relaxed));
+	cancel = atomic_load_explicit(&rec->cancel, memory_order_seq_cst);
+	if (cancel & FANOUT_CANCEL_PENDING)
+		skip_leftovers(rec, cancel);
+}
+
+/* Hand [lo, hi) back; false when no node could be allocated (the caller
+ * then runs them without places). */
+static bool hand_back(struct record *rec, uint32_t lo, uint32_t hi)
+{
+	struct leftover *l = fanout__alloc_small(sizeof(*l));
+
+	if (!l)
+		return false;
+	l->lo = lo;
+	l->hi = hi;
+	push_leftovers(rec, l, l);
+	return true;
+}
+
+/* Take one leftover range into [*lo, *hi); the rest goes back. */
+static bool take_leftover(struct record *rec, uint32_t *lo, uint32_t *hi)
+{
+	struct leftover *l, *last;
+
+	/* relaxed: a quick look; the exchange decides. */
+	if (!atomic_load_explicit(&rec->leftovers, memory_order_relaxed))
+		return false;
+	/* acquire: the pusher's nodes. */
+	l = atomic_exchange_explicit(&rec->leftovers, NULL,
+				     memory_order_acquire);
+	if (!l)
+		return false;
+	*lo = l->lo;
+	*hi = l->hi;
+	if (l->next) {
+		for (last = l->next; last->next; last = last->next)
+			;
+		push_leftovers(rec, l->next, last);
+	}
+	fanout__free_small(l, sizeof(*l));
+	return true;
+}
+
+static bool take_place(struct record *rec);
 
 /* Run the claimed chunk [i, end): children not started when a cancel
  * arrives are reported interrupted instead (they are still ours).  @t
@@ -375,12 +473,12 @@ struct tally {
  * one child for which a place was taken. */
 static void run_chunk(struct record *rec, struct progress_slot *prog,
 		      unsigned i, unsigned end, struct tally *t,
-		      uint64_t *cycles, bool placed)
+		      uint64_t *cycles, bool placed, bool force)
 {
 	uint64_t clock = fq_cycles(), start = clock;
 	unsigned j;
 
-	for (j = i; j < end; j++) {
+	for (j = i; j < end; j++, placed = false) {
 		/* relaxed: whether to start is a hint-level decision; the
 		 * child's outcome is published by the join below. */
 		uint32_t cancel = atomic_load_explicit(&rec->cancel,
@@ -391,11 +489,23 @@ static void run_chunk(struct record *rec, struct progress_slot *prog,
 				fanout__give_place(rec);
 			skip_child(rec, j, cancel);
 			t->skipped++;
-		} else {
-			t->ran++;
-			if (!run_child(rec, j, &clock, placed))
-				continue; /* deferred: not ours to count */
+			goto done;
 		}
+		/* relaxed: a mode hint (see "Places"); with @force (no ring
+		 * credit to park with) children start without places. */
+		if (!placed && !force &&
+		    atomic_load_explicit(&rec->deferring,
+					 memory_order_relaxed)) {
+			placed = take_place(rec);
+			if (!placed && hand_back(rec, j, end)) {
+				t->handed_back = true;
+				break;
+			}
+		}
+		t->ran++;
+		if (!run_child(rec, j, &clock, placed))
+			continue; /* deferred: not ours to count */
+	done:
 		/* relaxed: a progress figure for lookup, nothing read through
 		 * it; only this runner writes its slot.  A helping consumer
 		 * has none (its chunk counts once it is subtracted). */
@@ -516,8 +626,9 @@ void fanout__give_place(struct record *rec)
 		return;
 	/* relaxed: hints; a token that finds nothing to claim just leaves,
 	 * and the claim RMW decides. */
-	if (atomic_load_explicit(&rec->claim, memory_order_relaxed) <
-		    rec->ntasks &&
+	if ((atomic_load_explicit(&rec->claim, memory_order_relaxed) <
+		     rec->ntasks ||
+	     atomic_load_explicit(&rec->leftovers, memory_order_relaxed)) &&
 	    !(atomic_load_explicit(&rec->cancel, memory_order_relaxed) &
 	      FANOUT_CANCEL_PENDING)) {
 		fq_submit(rec->e->q, &rec->work, 1); /* credit and ref held */
@@ -540,6 +651,18 @@ static int park(struct record *rec)
 	atomic_fetch_add_explicit(&rec->refs, 1, memory_order_relaxed);
 	/* seq_cst: the store of the "Places" pair; then re-read `places`. */
 	atomic_fetch_add_explicit(&rec->parked, 1, memory_order_seq_cst);
+	/* Every child may have finished meanwhile (others ran what we handed
+	 * back): then finalise's release_parked came before our token, and
+	 * nobody would release it.  acquire: after our RMW on `parked`, which
+	 * follows finalise's acq_rel exchange if that came first, so its
+	 * zeroing of `remaining` is seen. */
+	if (atomic_load_explicit(&rec->remaining, memory_order_acquire) == 0) {
+		if (take_parked(rec)) {
+			fq_unreserve(rec->e->q, 1);
+			fanout__rec_put(rec, 1);
+		}
+		return 1;
+	}
 	if (atomic_load_explicit(&rec->places, memory_order_seq_cst) <
 		    rec->e->cfg.max_children &&
 	    take_parked(rec)) {
@@ -565,7 +688,8 @@ void fanout__run_token(struct fq_work *w)
 						  memory_order_relaxed);
 	struct progress_slot *prog =
 		slot < rec->nrunners ? &rec->progress[slot] : NULL;
-	struct tally t = {0, 0, 0};
+	struct tally t = {0, 0, 0, false};
+	bool force = false;
 	uint64_t cycles;
 	uint32_t end;
 
@@ -577,12 +701,12 @@ void fanout__run_token(struct fq_work *w)
 		if (atomic_load_explicit(&rec->cancel, memory_order_relaxed) &
 		    FANOUT_CANCEL_PENDING)
 			break;
-		/* relaxed: set once by fanout_defer; a stale false costs at
-		 * most one chunk started without places. */
+		/* relaxed: set once by fanout_defer; a stale false costs one
+		 * chunk claimed whole, whose rest run_chunk hands back. */
 		if (atomic_load_explicit(&rec->deferring,
 					 memory_order_relaxed)) {
 			chunk = 1;
-			placed = take_place(rec);
+			placed = force || take_place(rec);
 			if (!placed) {
 				int parked = park(rec);
 
@@ -590,8 +714,10 @@ void fanout__run_token(struct fq_work *w)
 					break; /* resubmitted on a place */
 				if (parked == 0)
 					continue; /* a place came free */
-				/* no ring credit to park with: run unplaced */
+				force = true; /* no ring credit: run unplaced */
 			}
+			if (take_leftover(rec, &i, &end))
+				goto run;
 		}
 		/* relaxed: ownership comes from the RMW's total order on
 		 * `claim`; the task slots were published by the ring handoff
@@ -599,12 +725,24 @@ void fanout__run_token(struct fq_work *w)
 		i = atomic_fetch_add_explicit(&rec->claim, chunk,
 					      memory_order_relaxed);
 		if (i >= n) {
-			if (placed)
+			if (placed && !force)
 				fanout__give_place(rec);
 			break;
 		}
 		end = n - i < chunk ? n : i + chunk;
-		run_chunk(rec, prog, i, end, &t, &cycles, placed);
+	run:
+		t.handed_back = false;
+		run_chunk(rec, prog, i, end, &t, &cycles, placed && !force,
+			  force);
+		if (t.handed_back) {
+			int parked = park(rec);
+
+			if (parked > 0)
+				break;
+			if (parked < 0)
+				force = true;
+			continue;
+		}
 		chunk = next_chunk(rec, chunk, end, cycles);
 	}
 	runner_done(rec, prog, &t);
@@ -632,7 +770,7 @@ bool fanout__help_step(struct fanout_engine *e)
 	struct fq_work *w = fq_help_take(e->q);
 	struct record *rec;
 	uint32_t n, chunk, i;
-	struct tally t = {0, 0, 0};
+	struct tally t = {0, 0, 0, false};
 
 	if (!w)
 		return false;
@@ -651,7 +789,8 @@ bool fanout__help_step(struct fanout_engine *e)
 		fanout__rec_put(rec, 1);
 		return true;
 	}
-	run_chunk(rec, NULL, i, n - i < chunk ? n : i + chunk, &t, NULL, false);
+	run_chunk(rec, NULL, i, n - i < chunk ? n : i + chunk, &t, NULL, false,
+		  false);
 	if (n - i > chunk) {
 		/* relaxed: we hold the token's reference while taking ours. */
 		atomic_fetch_add_explicit(&rec->refs, 1, memory_order_relaxed);
@@ -674,6 +813,7 @@ static unsigned claim_rest(struct record *rec, uint32_t cancel)
 	uint32_t n = rec->ntasks, old, i;
 
 	old = atomic_exchange_explicit(&rec->claim, n, memory_order_relaxed);
+	skip_leftovers(rec, cancel);
 	if (old >= n)
 		return 0;
 	for (i = old; i < n; i++)

@@ -11,14 +11,14 @@
  * grace period.  Freed side by side, jemalloc coalesces big blocks into
  * dirty extents far larger than any request, and it will not carve a
  * request out of an extent more than 2^lg_extent_max_active_fit (64) times
- * its size; so every dispatch of a big batch got fresh pages and faulted
- * them in (batch 512: ~14 faults per delegation).  With decay off (the
- * private arena used before) nothing was ever given back either: the
- * process grew by ~40 KB per delegation of 512 children until
- * fanout_destroy (1.5 GB after 40,000 of them).  The cache keeps up to
- * FA_CACHE_SLOTS blocks per power-of-two class, FA_CACHE_BYTES in all, and
- * hands them back whole, warm and already faulted in; what does not fit
- * goes back to jemalloc, whose decay returns it to the kernel.
+ * its size; so, left to jemalloc, every dispatch of a big batch gets fresh
+ * pages and faults them in (batch 512: ~14 faults per delegation).  An
+ * arena with decay switched off would keep the pages but never give any
+ * back, so a process would grow with every burst until fanout_destroy.
+ * The cache keeps up to FA_CACHE_SLOTS blocks per power-of-two class,
+ * FA_CACHE_BYTES in all, and hands them back whole, warm and already
+ * faulted in; what does not fit goes back to jemalloc, whose decay returns
+ * it to the kernel.  (doc/profile.txt has the measurements.)
  *
  * WHY THE CACHE IS CORRECT
  *

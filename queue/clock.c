@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * clock.c - a cheap clock for per-child durations.
+ * clock.c - the library's clock: CLOCK_MONOTONIC for timestamps, and a
+ * cheap tick counter for per-child durations.
  *
  * Correctness: where the CPU has an invariant TSC (CPUID 0x80000007, EDX
  * bit 8: constant rate, keeps counting in deep sleep, synchronised across
@@ -12,15 +13,25 @@
  * The error of the factor is about the clock's resolution over 200 us,
  * i.e. well under 0.1%.
  */
-#include "fq.h"
+#include "clock.h"
 
 #include <pthread.h>
+#include <stdbool.h>
+#include <time.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #include <x86intrin.h>
 #define HAVE_TSC 1
 #endif
+
+uint64_t fq_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static bool use_tsc;

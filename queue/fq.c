@@ -67,6 +67,7 @@
  *    the sleep finds the word != 2 in the kernel and returns immediately.
  */
 #include "fq.h"
+#include "clock.h"
 #include "annotate.h"
 
 #include <ck_pr.h>
@@ -127,14 +128,6 @@ struct fq {
 static FQ_TLS struct fq_worker *tls_self;
 _Atomic long fq__fail_thread_at;
 
-uint64_t fq_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static long futex(_Atomic uint32_t *uaddr, int op, uint32_t val,
 		  const struct timespec *ts)
 {
@@ -165,17 +158,16 @@ static bool app_cpu_worker(const struct fq_worker *self)
  * spin_ns has passed.  The ring is checked with a plain size read, cheap
  * and local while nothing changes.
  *
- * A counted spinner (argument 3) yields only every 1024 steps (~40 us),
- * which bounds how long it can keep an unknown thread off its CPU without
- * turning every hand-off into a context switch; it stops spinning at once
- * if it turns out to be on the application's CPU.  The uncounted
- * app-CPU worker (@yield_always) yields at every step, so it runs only
- * while the application thread blocks or yields.  Measured on a 2-vCPU
- * box: yielding every 64 steps everywhere cost hot single-child latency
- * 2.7 -> 7 us; every 1024 everywhere cost batch-64 throughput 4.9M ->
- * 1.7M children/s (the dispatcher waited for its CPU); parking the
- * app-CPU worker at once cost a FUTEX_WAKE and a preemption of the
- * application per dispatch (batch 1, 16 in flight: 330k vs 560k/s).
+ * A counted spinner (argument 3) yields only every 1024 steps (~40 us):
+ * often enough to bound how long it keeps an unknown thread off its CPU,
+ * rarely enough that a hot hand-off is not turned into a context switch.
+ * It stops spinning at once if it turns out to be on the application's
+ * CPU.  The uncounted app-CPU worker (@yield_always) yields at every step,
+ * so it runs only while the application thread on its CPU blocks or
+ * yields: that CPU belongs to the thread that dispatches, and neither a
+ * rarely-yielding spinner (the dispatcher waits for its CPU) nor parking
+ * at once (a FUTEX_WAKE and a preemption of the application per dispatch)
+ * serves it.  The measurements behind these rates are in doc/profile.txt.
  */
 static void spin_for_work(struct fq_worker *self, bool yield_always)
 {

@@ -24,7 +24,8 @@
  *   fq_ec_* (one ec)    yes     yes    yes       yes   yes   yes   no
  *   fq_stop             yes     no(1)  yes       no(1) yes   no    no
  *   (1) the caller must know no submit is in progress or will follow; the
- *       fanout engine guarantees it by finishing every delegation first.
+ *       user of the queue guarantees it (fanout finishes every
+ *       delegation first).
  *
  * Memory ordering: fq_submit() is a release of everything written before it
  * to the thread that runs each token (the ring's enqueue/dequeue pair, see
@@ -142,8 +143,8 @@ void fq_help_wait(struct fq *q, struct fq_work *w, unsigned extra,
 		  _Atomic uint32_t *done);
 
 /*
- * Help-while-wait for an application thread with nothing else to do (a
- * fanout_wait on an engine created with FANOUT_WAIT_HELPS): take ONE token
+ * Help-while-wait for a thread with nothing else to do while it waits for
+ * something the queue's work will produce: take ONE token
  * from the ring, for the caller to run (or hand back with fq_reserve +
  * fq_submit).  NULL, having done nothing, when the ring is empty or the
  * caller is a worker of @q.
@@ -164,17 +165,9 @@ void fq_worker_stats(const struct fq *q, unsigned i,
 /* Injection point for fault tests: the k-th pthread_create fails. */
 extern _Atomic long fq__fail_thread_at;
 
-uint64_t fq_now_ns(void);
-
-/* A cheap tick counter for durations (clock.c): call fq_clock_init() once
- * (fq_create does); fq_cycles_to_ns() converts a difference of ticks. */
-void fq_clock_init(void);
-uint64_t fq_cycles(void);
-uint64_t fq_cycles_to_ns(uint64_t d);
-
 /*
- * One step of a spin-wait by a thread waiting for the engine (fanout_wait,
- * a fanout_run join), i = the iteration count.  A pause, and every 64th
+ * One step of a spin-wait by a thread that waits for work of the queue to
+ * finish, i = the iteration count.  A pause, and every 64th
  * step a sched_yield(): with more runnable threads than CPUs (a 2-core box
  * running two workers and the application), a waiter must not keep the
  * worker that would finish its work off the CPU.  When nothing else is
@@ -182,9 +175,10 @@ uint64_t fq_cycles_to_ns(uint64_t d);
  * slower variant (fq.c, spin_for_work).
  */
 void fq_spin_relax(unsigned i);
-/* Note the calling (application) thread's CPU, so the worker pinned there
- * yields to it at every spin step and is not counted as a spinner (fq.c,
- * spin_for_work).  A hint. */
+/* Note that the calling thread (not a worker) is about to spin waiting
+ * for the queue's work: the worker pinned to its CPU yields to it at every
+ * spin step and is not counted as a spinner (fq.c, spin_for_work).  A
+ * hint. */
 void fq_note_app_cpu(struct fq *q);
 
 #endif

@@ -51,9 +51,10 @@ torture-short: build/plain/torture build/asan/torture build/tsan/torture
 	$(TORTURE_ENV) build/tsan/torture -s $(TORTURE_SEED) -t $(TORTURE_SHORT_SAN)
 
 # The checks must be alive: a seeded harness bug (an event dropped, seen
-# twice, seen on the wrong sink) must fail the run.
+# twice, seen on the wrong sink, a pending child's completion forgotten)
+# must fail the run.
 torture-selftest: build/plain/torture
-	@for x in 1 2 3; do \
+	@for x in 1 2 3 4; do \
 		if build/plain/torture -s $(TORTURE_SEED) -t 3 -x $$x \
 			> build/plain/torture-selftest-$$x.log 2>&1; then \
 			echo "torture-selftest: seeded bug $$x NOT detected"; \

@@ -288,8 +288,6 @@ static void sink_destroy_waits_for_publishers_not_takers(void **state)
 #define ALLOC_SLACK ((size_t)16 << 20)
 #endif
 #define ATTEMPTS 50000000u
-/* How much the second half may exceed the first half's peak. */
-#define FLAT_SLACK ((size_t)12 << 20)
 #define SECONDS_MS 2000u
 
 static void undrained_sink_memory_bounded(void **state)
@@ -353,9 +351,9 @@ static void undrained_sink_memory_bounded(void **state)
 	 * waiting for a grace period: G in the README's formula, which the
 	 * configuration does not bound - on a starved host liburcu's call_rcu
 	 * thread can lag by tens of thousands of one-child records, so it is
-	 * given 32768 here.  The sharper check is the second: RSS is flat,
-	 * the second second's peak no higher than the first's plus slack
-	 * (without max_pending it grows by tens of MiB per second). */
+	 * given 32768 here.  The sharp check is the exact count of accepted
+	 * dispatches below; without max_pending the RSS also passes this
+	 * bound within the run on a quiet host (+72 MiB in 2 s). */
 	records = 2 * MEM_PENDING + MEM_KEEP + 32768;
 	bound = records * REC_MAX + ALLOC_SLACK;
 	print_message("      %u attempts: %u accepted, %u refused, %u flowed; "
@@ -364,9 +362,7 @@ static void undrained_sink_memory_bounded(void **state)
 		      i, accepted, refused, flowed, base >> 10, half_peak >> 10,
 		      peak >> 10, bound >> 10);
 	assert_true(peak <= base + bound);
-#ifndef UNDER_SANITIZER /* ASan's quarantine grows to 256 MiB meanwhile */
-	assert_true(half_peak && peak <= half_peak + FLAT_SLACK);
-#endif
+
 	assert_int_equal(accepted, MEM_PENDING);
 	assert_true(refused > 0);
 	assert_true(flowed > 0);

@@ -7,108 +7,9 @@ static struct fanout_engine *eng2(void)
 	return NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
 }
 
-/* A refused call left no trace: no record, no event, nothing running. */
-static void assert_untouched(struct fanout_engine *e, uint64_t rejected)
-{
-	struct fanout_stats st = stats_of(e);
-	size_t n = 99;
-
-	assert_int_equal(st.rejected, rejected);
-	assert_int_equal(st.dispatched, 0);
-	assert_int_equal(st.running, 0);
-	assert_int_equal(st.async_running, 0);
-	assert_int_equal(st.children_run, 0);
-	assert_int_equal(fanout_list(e, NULL, 0, &n), 0);
-	assert_int_equal(n, 0);
-	assert_no_event(fanout_default_sink(e));
-}
-
-static void dispatch_null_engine(void **state)
-{
-	struct tbatch *tb = tb_new(1);
-	fanout_id id = 0;
-
-	assert_int_equal(fanout_dispatch(NULL, &tb->b, &id), -EINVAL);
-	sleep_ms(10);
-	assert_int_equal(tb_runs(tb), 0);
-	tb_free(tb);
-}
-
-static void dispatch_null_batch(void **state)
-{
-	struct fanout_engine *e = eng2();
-	fanout_id id = 0;
-
-	assert_int_equal(fanout_dispatch(e, NULL, &id), -EINVAL);
-	assert_untouched(e, 1);
-	fanout_destroy(e);
-}
-
-static void dispatch_null_tasks(void **state)
-{
-	struct fanout_engine *e = eng2();
-	struct fanout_batch b = {.tasks = NULL, .ntasks = 3};
-	fanout_id id = 0;
-
-	assert_int_equal(fanout_dispatch(e, &b, &id), -EINVAL);
-	assert_untouched(e, 1);
-	fanout_destroy(e);
-}
-
-static void dispatch_zero_tasks(void **state)
-{
-	struct fanout_engine *e = eng2();
-	struct tbatch *tb = tb_new(2);
-	fanout_id id = 0;
-
-	tb->b.ntasks = 0;
-	assert_int_equal(fanout_dispatch(e, &tb->b, &id), -EINVAL);
-	assert_untouched(e, 1);
-	assert_int_equal(tb_runs(tb), 0);
-	tb_free(tb);
-	fanout_destroy(e);
-}
-
-static void dispatch_task_without_fn(void **state)
-{
-	struct fanout_engine *e = eng2();
-	struct tbatch *tb = tb_new(5);
-	fanout_id id = 0;
-
-	tb->tasks[3].fn = NULL; /* the others must not run either */
-	assert_int_equal(fanout_dispatch(e, &tb->b, &id), -EINVAL);
-	tb->tasks[3].fn = probe_fn;
-	tb->tasks[0].fn = NULL;
-	assert_int_equal(fanout_dispatch(e, &tb->b, &id), -EINVAL);
-	assert_untouched(e, 2);
-	assert_int_equal(tb_runs(tb), 0);
-	tb_free(tb);
-	fanout_destroy(e);
-}
-
-static void dispatch_too_many_tasks(void **state)
-{
-	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .max_tasks = 8,
-					     .flags = FANOUT_NO_PIN);
-	struct tbatch *tb = tb_new(9);
-	fanout_id id = 0;
-
-	assert_int_equal(fanout_dispatch(e, &tb->b, &id), -E2BIG);
-	assert_untouched(e, 1);
-	assert_int_equal(tb_runs(tb), 0);
-
-	/* exactly max_tasks is fine */
-	tb->b.ntasks = 8;
-	id = must_dispatch(e, tb);
-	struct fanout_event *ev = must_wait(fanout_default_sink(e));
-	assert_true(ev->id == id);
-	assert_int_equal(ev->nresults, 8);
-	assert_int_equal(tb_runs(tb), 8);
-	assert_int_equal(atomic_load(&tb->probes[8].runs), 0);
-	fanout_event_free(ev);
-	tb_free(tb);
-	fanout_destroy(e);
-}
+/* Refusals (NULL engine, batch or tasks, no tasks, a task without fn,
+ * too many tasks) are the bad-input table's rows D01-D06, checked once, by
+ * test_misuse.c, for dispatch, run and delegate alike. */
 
 static void dispatch_one_event_per_dispatch(void **state)
 {
@@ -629,12 +530,6 @@ static void dispatch_concurrent_threads(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		TC(dispatch_null_engine),
-		TC(dispatch_null_batch),
-		TC(dispatch_null_tasks),
-		TC(dispatch_zero_tasks),
-		TC(dispatch_task_without_fn),
-		TC(dispatch_too_many_tasks),
 		TC(dispatch_one_event_per_dispatch),
 		TC(dispatch_null_id_ok),
 		TC(dispatch_strings_copied),

@@ -40,9 +40,26 @@
  * a running child, a capacity rejection (-EBUSY), a shutdown that found
  * work still queued, and a nested synchronous join helped by its caller.
  *
+ * v0.2 (a quarter of the dispatches and top-level runs): up to 8 children,
+ * of which some defer (fanout_defer, maybe fanout_pending_on_cancel) and
+ * are completed by two completer threads 0-3 ms later (one in 32 only
+ * after 0.2-1 s, so some are completed after fanout_destroy), or at once
+ * when their callback ran; some run on the epoch's second engine a batch
+ * of children that wait to be interrupted (the cancel tree across
+ * engines); half have a deadline of 0.3-5 ms; the join policy is any of
+ * the four.  The canceller adds FANOUT_CANCEL_ABANDON half the time and
+ * cancels whole sessions (fanout_cancel_session).  The ledger of deferred
+ * children: each gets exactly one fanout_complete, which returns 0 (the
+ * event shows its outcome) or -EALREADY (the library finished it: the
+ * event shows it interrupted and says why - cancelled, timed out, policy).
+ * The run also fails unless it saw a fanout_complete return -EALREADY, a
+ * run on the second engine interrupted by the outer delegation's deadline
+ * alone, and a policy interrupt.
+ *
  * Self-test: -x 1 drops one received event unchecked, -x 2 checks one
- * event twice, -x 3 checks one as if it came from another sink; each must
- * make the run fail (`make torture-selftest`), so the checks are alive.
+ * event twice, -x 3 checks one as if it came from another sink, -x 4
+ * forgets one fanout_complete; each must make the run fail (`make
+ * torture-selftest`), so the checks are alive.
  *
  * Exit status: 0 clean; 1 violations; 2 bad usage; 3 hang (watchdog).
  * The seed is printed first, so a failure can be replayed with -s (thread
@@ -166,7 +183,20 @@ static _Atomic uint64_t c_race_running; /* interrupt seen mid-run */
 static _Atomic uint64_t c_race_pending; /* cancelled event: ran + skipped */
 static _Atomic uint64_t c_shut_queued;	/* shutdown that skipped children */
 static _Atomic uint64_t c_helped;	/* nested join: caller ran a child */
-static _Atomic uint64_t c_st[5];	/* events per status */
+/* v0.2: deferred children, deadlines, join policies, the cancel tree */
+static _Atomic uint64_t c_v2;		      /* v0.2 delegations accepted */
+static _Atomic uint64_t c_deferred;	      /* fanout_defer succeeded */
+static _Atomic uint64_t c_pend_ok;	      /* fanout_complete returned 0 */
+static _Atomic uint64_t c_pend_already;	      /* ... -EALREADY */
+static _Atomic uint64_t c_pend_after_destroy; /* completed after destroy */
+static _Atomic uint64_t c_cb_regs, c_cb_runs; /* on_cancel: 0, callbacks */
+static _Atomic uint64_t c_timed_out;	      /* events with timed_out */
+static _Atomic uint64_t c_policy;	      /* interrupted_by_policy */
+static _Atomic uint64_t c_tree_runs;	      /* inner runs on the 2nd engine */
+static _Atomic uint64_t c_tree_intr;	      /* ... all children interrupted */
+static _Atomic uint64_t c_tree_deadline;      /* ... by the outer's deadline */
+static _Atomic uint64_t c_sessions, c_session_n; /* session cancels */
+static _Atomic uint64_t c_st[5];		 /* events per status */
 static _Atomic uint64_t c_lookups, c_lists, c_intrusions, c_temp_sinks;
 static _Atomic uint64_t c_max_lat_ns, c_max_shut_ns;
 static _Atomic uint64_t c_epochs, c_undrained, c_excused, c_left_to_destroy;
@@ -217,9 +247,27 @@ static void violation(const char *fmt, ...)
 enum tr_state { TR_INFLIGHT = 0, TR_ACCEPTED, TR_REFUSED, TR_SYNC };
 
 /* Child outcomes. */
-enum { O_COMPLETE, O_ERROR, O_CANCELED, O_SLOW, O_NESTED };
-/* Tracker mixes. */
-enum { MIX_ALL_OK, MIX_RANDOM, MIX_ALL_ERR, MIX_ALL_INT, MIX_ALL_SLOW };
+enum {
+	O_COMPLETE,
+	O_ERROR,
+	O_CANCELED,
+	O_SLOW,
+	O_NESTED,
+	O_DEFER,
+	O_TREE,
+	O_WAIT
+};
+/* Tracker mixes.  MIX_V2: deferred children, a run on the other engine
+ * (the cancel tree); MIX_TREE: children that wait to be interrupted. */
+enum {
+	MIX_ALL_OK,
+	MIX_RANDOM,
+	MIX_ALL_ERR,
+	MIX_ALL_INT,
+	MIX_ALL_SLOW,
+	MIX_V2,
+	MIX_TREE
+};
 
 #define KF_SUMMARY 0x1
 #define KF_ERRMSG 0x2
@@ -233,6 +281,15 @@ struct kid {
 	double cost;
 	fanout_id seen_id;
 	unsigned seen_depth;
+	/* a deferred child (O_DEFER): its fanout_complete's code and result,
+	 * how often it was called, callbacks, and what the event said */
+	bool deferred;
+	int pend_code;
+	atomic_int pend_calls, pend_rc, cb_runs, hurry;
+	atomic_int reg_rc; /* fanout_pending_on_cancel's answer; 1 = none */
+	int ev_code, ev_status;
+	atomic_int ev_seen;
+	atomic_int tree_intr; /* O_TREE: the inner run was all interrupted */
 };
 
 struct epoch;
@@ -263,6 +320,24 @@ struct tracker {
 	_Atomic uint64_t ev_id;	 /* from the event */
 	_Atomic uint64_t last_end;
 	struct kid *kids;
+	/* v0.2: a deadline, a join policy, deferred children */
+	bool v2;
+	uint64_t deadline_ns;
+	unsigned join, quorum;
+	atomic_int ev_flags; /* EVF_*, stored when the event is verified */
+};
+
+#define EVF_CANCELLED 0x1
+#define EVF_TIMED_OUT 0x2
+#define EVF_POLICY 0x4
+
+/* A deferred child waiting for its completer. */
+struct pend_item {
+	struct fanout_pending *p;
+	struct tracker *tr;
+	unsigned i;
+	uint64_t due;
+	struct pend_item *next;
 };
 
 struct epoch {
@@ -285,6 +360,10 @@ struct epoch {
 	_Atomic uint64_t deleg_errors; /* top-level delegate errors */
 	_Atomic uint64_t inline_full;
 	uint64_t seed;
+	/* completers of deferred children (the harness may lock) */
+	pthread_mutex_t pq_lock;
+	struct pend_item *pq;
+	atomic_int stop_complete, destroyed;
 };
 
 static char goal_tbl[MAX_BATCH][8];
@@ -310,6 +389,18 @@ static unsigned outcome_of(const struct tracker *tr, unsigned i)
 		return O_CANCELED;
 	case MIX_ALL_SLOW:
 		return O_SLOW;
+	case MIX_TREE:
+		return O_WAIT;
+	case MIX_V2:
+		if (p < 400)
+			return O_DEFER;
+		if (p < 650)
+			return O_COMPLETE;
+		if (p < 780)
+			return O_ERROR;
+		if (p < 930)
+			return O_SLOW;
+		return O_TREE;
 	default:
 		if (p < 760)
 			return O_COMPLETE;
@@ -587,6 +678,136 @@ static void nested(struct fanout_child *c, struct tracker *parent, unsigned i)
 	}
 }
 
+/* ------------------------------------------ v0.2: children that finish later */
+
+/* on_cancel callback of a deferred child: tell its completer to hurry. */
+static void pend_cb(struct fanout_pending *p, void *arg)
+{
+	struct kid *k = arg;
+
+	if (atomic_fetch_add(&k->cb_runs, 1) != 0)
+		violation("on_cancel callback of child %u ran twice",
+			  fanout_pending_index(p));
+	VCHECK(fanout_pending_interrupted(p),
+	       "on_cancel callback, but fanout_pending_interrupted() false");
+	atomic_store(&k->hurry, 1);
+	add(&c_cb_runs, 1);
+}
+
+/* O_DEFER: defer, maybe register a callback, hand the pending child to the
+ * completers (due in 0-3 ms) and return -EINPROGRESS. */
+static int defer_child(struct fanout_child *c, struct tracker *tr, unsigned i,
+		       struct kid *k, uint64_t h)
+{
+	struct epoch *ep = tr->ep;
+	struct fanout_pending *p;
+	struct pend_item *it;
+	int rc;
+
+	/* Everything the event's check reads is written before fanout_defer:
+	 * if the delegation is being abandoned, fanout_defer finishes the
+	 * child itself and the event may be checked before it returns.
+	 * After it, only atomics. */
+	k->deferred = true;
+	k->pend_code = (h >> 13) % 8 == 0 ? -EIO :
+		       (h >> 13) % 8 == 1 ? -ECANCELED :
+					    0;
+	k->ret = -EINPROGRESS;
+	atomic_store(&k->reg_rc, 1);
+	p = fanout_defer(c);
+	if (!p) {
+		violation("fanout_defer: %d", errno);
+		atomic_max_u64(&tr->last_end, now_ns());
+		atomic_store_explicit(&k->finished, 1, memory_order_release);
+		return 0;
+	}
+	VCHECK(fanout_defer(c) == NULL && errno == EINVAL,
+	       "a second fanout_defer of one child was accepted");
+	VCHECK(fanout_pending_index(p) == i &&
+		       fanout_pending_id(p) == fanout_child_id(c),
+	       "pending index/id wrong");
+	if ((h >> 16) & 1) {
+		rc = fanout_pending_on_cancel(p, pend_cb, k);
+		VCHECK(rc == 0 || rc == -EALREADY, "on_cancel: %d", rc);
+		atomic_store(&k->reg_rc, rc);
+		if (rc == 0)
+			add(&c_cb_regs, 1);
+		rc = fanout_pending_on_cancel(p, pend_cb, k);
+		VCHECK(rc == -EBUSY || rc == -EALREADY, "second on_cancel: %d",
+		       rc);
+	}
+	it = malloc(sizeof(*it));
+	if (!it) {
+		fprintf(stderr, "torture: out of memory\n");
+		exit(2);
+	}
+	it->p = p;
+	it->tr = tr;
+	it->i = i;
+	/* due in 0-3 ms; one in 32 in 0.2-1 s, so that some are still
+	 * pending when the engine is destroyed */
+	it->due = now_ns() + 1000ull * ((h >> 25) % 32 ?
+						(h >> 20) % 3000 :
+						200000 + (h >> 20) % 800000);
+	add(&c_deferred, 1);
+	atomic_max_u64(&tr->last_end, now_ns());
+	/* before the hand-off: the completer may finish the delegation and
+	 * its event be checked before this returns */
+	atomic_store_explicit(&k->finished, 1, memory_order_release);
+	pthread_mutex_lock(&ep->pq_lock);
+	it->next = ep->pq;
+	ep->pq = it;
+	pthread_mutex_unlock(&ep->pq_lock);
+	return -EINPROGRESS;
+}
+
+/* O_TREE: a synchronous run on the epoch's second engine whose children
+ * wait to be interrupted; an interrupt of this delegation (cancel,
+ * deadline, policy, shutdown) must reach them through the cancel tree. */
+static void tree_child(struct fanout_child *c, struct tracker *parent,
+		       unsigned i, struct kid *k)
+{
+	struct epoch *ep = parent->ep;
+	struct rng r = {child_hash(parent, i) >> 3};
+	struct fanout_task tasks[4];
+	struct kid kids[4];
+	struct tracker tr;
+	struct fanout_batch b;
+	struct fanout_event *ev = NULL;
+	int rc;
+
+	memset(&tr, 0, sizeof(tr));
+	memset(kids, 0, sizeof(kids));
+	tr.magic = TR_MAGIC;
+	tr.ep = ep;
+	tr.n = rnd_in(&r, 1, 4);
+	tr.depth = fanout_child_depth(c) + 1;
+	tr.sink_idx = -1;
+	tr.oseed = rnd(&r);
+	tr.mix = MIX_TREE;
+	tr.on_stack = true;
+	tr.caller = pthread_self();
+	tr.has_caller = true;
+	snprintf(tr.ctx, sizeof(tr.ctx), "tree-%" PRIx64, tr.oseed);
+	atomic_init(&tr.state, TR_SYNC);
+	tr.kids = kids;
+	fill_batch(&tr, &b, tasks);
+	rc = fanout_run(ep->foreign, &b, &ev);
+	if (rc != 0) {
+		VCHECK(rc == -ELOOP, "run on the second engine: %d", rc);
+		return;
+	}
+	add(&c_delegations, 1);
+	add(&c_nested_sync, 1);
+	add(&c_tree_runs, 1);
+	verify_event(&tr, ev, -1);
+	if (ev->ninterrupted == tr.n && ev->cancelled) {
+		add(&c_tree_intr, 1);
+		atomic_store(&k->tree_intr, 1);
+	}
+	fanout_event_free(ev);
+}
+
 static int tchild(struct fanout_child *c, void *arg)
 {
 	struct tracker *tr = arg;
@@ -672,6 +893,22 @@ static int tchild(struct fanout_child *c, void *arg)
 		nested(c, tr, i);
 		ret = fanout_interrupted(c) ? -ECANCELED : 0;
 		break;
+	case O_DEFER:
+		return defer_child(c, tr, i, k, h);
+	case O_TREE:
+		tree_child(c, tr, i, k);
+		ret = fanout_interrupted(c) ? -ECANCELED : 0;
+		break;
+	case O_WAIT: /* up to 30 ms, unless interrupted */
+		end = now_ns() + 30000000ull;
+		while (now_ns() < end) {
+			if (fanout_interrupted(c)) {
+				ret = -ECANCELED;
+				break;
+			}
+			sleep_us(100);
+		}
+		break;
 	}
 	if ((h & 0x600) == 0x200) {
 		VCHECK(fanout_add_cost(c, 1.0) == 0, "add_cost failed");
@@ -715,6 +952,10 @@ static void verify_event(struct tracker *tr, struct fanout_event *ev, int where)
 	ep = tr->ep;
 	atomic_store(&tr->ev_id, ev->id);
 	atomic_store(&tr->ev_cancelled, ev->cancelled ? 1 : 0);
+	atomic_store(&tr->ev_flags,
+		     (ev->cancelled ? EVF_CANCELLED : 0) |
+			     (ev->timed_out ? EVF_TIMED_OUT : 0) |
+			     (ev->interrupted_by_policy ? EVF_POLICY : 0));
 	old = atomic_fetch_add(&tr->got, 1);
 	if (old) {
 		violation("DUPLICATE event " FANOUT_ID_FMT " (%d before)",
@@ -768,22 +1009,53 @@ static void verify_event(struct tracker *tr, struct fanout_event *ev, int where)
 			violation("child %u ran %u times", i, runs);
 		} else if (runs == 1) {
 			ran++;
-			if (!atomic_load_explicit(&k->finished,
+			/* (a deferred child may be finished, and its event
+			 * published, before its fn returns) */
+			if (!k->deferred &&
+			    !atomic_load_explicit(&k->finished,
 						  memory_order_acquire))
 				violation("event " FANOUT_ID_FMT
 					  " before child %u "
 					  "returned",
 					  (unsigned long long)ev->id, i);
-			if (r->code != k->ret || r->status != status_of(k->ret))
-				violation("child %u returned %d, result says "
-					  "code %d status %d",
-					  i, k->ret, r->code, r->status);
 			if (k->seen_id != ev->id)
 				violation("child %u saw id %016" PRIx64, i,
 					  k->seen_id);
 			if (k->seen_depth != tr->depth)
 				violation("child %u depth %u, want %u", i,
 					  k->seen_depth, tr->depth);
+			if (k->deferred) {
+				/* checked against its completer's result at
+				 * the end of the epoch */
+				k->ev_code = r->code;
+				k->ev_status = r->status;
+				atomic_store(&k->ev_seen, 1);
+				VCHECK(r->summary == NULL && r->cost == 0,
+				       "deferred child %u: summary/cost", i);
+				VCHECK(r->status == status_of(r->code) ||
+					       (r->code == -ETIMEDOUT &&
+						r->status ==
+							FANOUT_INTERRUPTED),
+				       "deferred child %u: code %d status %d",
+				       i, r->code, r->status);
+				VCHECK(r->code == 0 || r->error,
+				       "deferred child %u: no error text", i);
+				goto tally;
+			}
+			if (ev->timed_out && r->code == -ETIMEDOUT &&
+			    k->ret != -ETIMEDOUT) {
+				/* returned after the deadline: reported as
+				 * timed out whatever it returned */
+				VCHECK(r->status == FANOUT_INTERRUPTED &&
+					       r->error,
+				       "timed-out child %u: status %d", i,
+				       r->status);
+				goto tally;
+			}
+			if (r->code != k->ret || r->status != status_of(k->ret))
+				violation("child %u returned %d, result says "
+					  "code %d status %d",
+					  i, k->ret, r->code, r->status);
 			if (k->ret == 0) {
 				VCHECK(r->error == NULL,
 				       "completed child with error");
@@ -813,13 +1085,16 @@ static void verify_event(struct tracker *tr, struct fanout_event *ev, int where)
 		} else {
 			skipped++;
 			if (r->status != FANOUT_INTERRUPTED ||
-			    r->code != -ECANCELED || r->duration_ns != 0 ||
-			    r->summary || !r->error || r->cost != 0)
+			    (r->code != -ECANCELED &&
+			     !(ev->timed_out && r->code == -ETIMEDOUT)) ||
+			    r->duration_ns != 0 || r->summary || !r->error ||
+			    r->cost != 0)
 				violation(
 					"unstarted child %u: status %d code %d "
 					"duration %" PRIu64,
 					i, r->status, r->code, r->duration_ns);
 		}
+	tally:
 		cost += r->cost;
 		if (r->status == FANOUT_COMPLETED)
 			nc++;
@@ -836,10 +1111,33 @@ static void verify_event(struct tracker *tr, struct fanout_event *ev, int where)
 		       ", its event says not cancelled",
 		       (unsigned long long)ev->id);
 	if (skipped)
-		VCHECK(ev->cancelled,
+		VCHECK(ev->cancelled || ev->timed_out ||
+			       ev->interrupted_by_policy,
 		       "event " FANOUT_ID_FMT " skipped %u children "
-		       "but is not marked cancelled",
+		       "but is not marked cancelled/timed out/policy",
 		       (unsigned long long)ev->id, skipped);
+	if (ev->timed_out) {
+		VCHECK(tr->deadline_ns, "timed_out without a deadline");
+		add(&c_timed_out, 1);
+	}
+	if (ev->interrupted_by_policy) {
+		add(&c_policy, 1);
+		VCHECK(tr->join == FANOUT_JOIN_FIRST_ERROR ? ne >= 1 :
+		       tr->join == FANOUT_JOIN_ANY	   ? nc >= 1 :
+		       tr->join == FANOUT_JOIN_QUORUM	   ? nc >= tr->quorum :
+							     false,
+		       "interrupted_by_policy: join %u quorum %u, %u "
+		       "completed %u errors",
+		       tr->join, tr->quorum, nc, ne);
+	}
+	/* the cancel tree reached a run on the other engine because (only)
+	 * this delegation's deadline passed */
+	if (ev->timed_out && !ev->cancelled && !ev->interrupted_by_policy)
+		for (i = 0; i < tr->n; i++)
+			if (atomic_load(&tr->kids[i].tree_intr)) {
+				add(&c_tree_deadline, 1);
+				break;
+			}
 	VCHECK(ev->ncompleted == nc && ev->nerror == ne &&
 		       ev->ninterrupted == ni,
 	       "event counts %u/%u/%u, results say %u/%u/%u", ev->ncompleted,
@@ -896,7 +1194,7 @@ static void verify_event(struct tracker *tr, struct fanout_event *ev, int where)
 	if (where >= 0)
 		atomic_fetch_add(&ep->bg_received, 1);
 	atomic_store(&tr->done, 1);
-	if (!tr->on_stack) {
+	if (!tr->on_stack && !tr->v2) {
 		free(tr->kids);
 		tr->kids = NULL;
 	}
@@ -908,7 +1206,8 @@ static void receive(struct epoch *ep, struct fanout_event *ev, int where,
 {
 	struct tracker *tr = ev ? ev->user : NULL;
 
-	if (g_selftest && where >= 0 && !atomic_exchange(&g_selftest_done, 1)) {
+	if (g_selftest && g_selftest <= 3 && where >= 0 &&
+	    !atomic_exchange(&g_selftest_done, 1)) {
 		if (g_selftest == 1) { /* "lose" it */
 			fanout_event_free(ev);
 			return;
@@ -1039,6 +1338,26 @@ static void bad_call(struct epoch *ep, struct rng *r, struct fanout_task *tasks)
 		fanout_event_free(ev);
 }
 
+/* A v0.2 delegation: deferred children and a run on the other engine
+ * (MIX_V2), maybe a deadline (0.3-5 ms), any join policy. */
+static void v2_setup(struct tracker *tr, struct fanout_batch *b, struct rng *r)
+{
+	unsigned p = rnd_below(r, 100);
+
+	tr->v2 = true;
+	tr->mix = MIX_V2;
+	if (rnd_below(r, 2))
+		tr->deadline_ns = 1000ull * rnd_in(r, 300, 5000);
+	tr->join = p < 40 ? FANOUT_JOIN_ALL :
+		   p < 60 ? FANOUT_JOIN_FIRST_ERROR :
+		   p < 80 ? FANOUT_JOIN_ANY :
+			    FANOUT_JOIN_QUORUM;
+	tr->quorum = tr->join == FANOUT_JOIN_QUORUM ? rnd_in(r, 1, tr->n) : 0;
+	b->deadline_ns = tr->deadline_ns;
+	b->join = tr->join;
+	b->quorum = tr->quorum;
+}
+
 static void *dispatcher(void *arg)
 {
 	struct targ *ta = arg;
@@ -1048,7 +1367,7 @@ static void *dispatcher(void *arg)
 
 	while (!atomic_load_explicit(&ep->stop_dispatch,
 				     memory_order_relaxed)) {
-		bool shut_before = atomic_load(&ep->shut_returned);
+		bool shut_before = atomic_load(&ep->shut_returned), v2;
 		unsigned kind = rnd_below(&r, 1000);
 		struct fanout_batch b;
 		struct fanout_event *ev = NULL;
@@ -1060,8 +1379,9 @@ static void *dispatcher(void *arg)
 			bad_call(ep, &r, tasks);
 			continue;
 		}
-		tr = tr_new(ep, pick_n(&r), 1, (int)rnd_below(&r, ep->nsinks),
-			    &r);
+		v2 = (kind < 850 || kind >= 950) && rnd_below(&r, 4) == 0;
+		tr = tr_new(ep, v2 ? rnd_in(&r, 1, 8) : pick_n(&r), 1,
+			    (int)rnd_below(&r, ep->nsinks), &r);
 		if (kind >= 950) { /* top-level synchronous run */
 			tr->sink_idx = -1;
 			tr->has_caller = true;
@@ -1069,6 +1389,8 @@ static void *dispatcher(void *arg)
 			atomic_store(&tr->state, TR_SYNC);
 		}
 		fill_batch(tr, &b, tasks);
+		if (v2)
+			v2_setup(tr, &b, &r);
 		if (kind < 850) {
 			rc = fanout_dispatch(ep->e, &b,
 					     rnd_below(&r, 16) ? &id : NULL);
@@ -1107,6 +1429,8 @@ static void *dispatcher(void *arg)
 				       "run accepted after shutdown");
 				add(&c_delegations, 1);
 				add(&c_sync, 1);
+				if (v2)
+					add(&c_v2, 1);
 				verify_event(tr, ev, -1);
 				fanout_event_free(ev);
 				continue;
@@ -1117,6 +1441,8 @@ static void *dispatcher(void *arg)
 			       "dispatch accepted after shutdown");
 			add(&c_delegations, 1);
 			add(&c_bg, 1);
+			if (v2)
+				add(&c_v2, 1);
 			atomic_fetch_add(&ep->bg_accepted, 1);
 			tr_accept(tr, id);
 			if (id)
@@ -1210,6 +1536,22 @@ static void *canceller(void *arg)
 		struct tracker *tr = NULL;
 		fanout_id id = 0;
 		int rc;
+
+		if ((how & FANOUT_CANCEL_INTERRUPT) && rnd_below(&r, 2))
+			how |= FANOUT_CANCEL_ABANDON;
+		if (p >= 95) { /* every running delegation of one session */
+			size_t n = SIZE_MAX;
+
+			rc = fanout_cancel_session(
+				ep->e, ep->skey[rnd_below(&r, ep->nsinks)], how,
+				&n);
+			VCHECK(rc == 0 && n != SIZE_MAX,
+			       "fanout_cancel_session: %d", rc);
+			add(&c_sessions, 1);
+			add(&c_session_n, n);
+			sleep_us(rnd_in(&r, 0, 400));
+			continue;
+		}
 
 		if (p < 3) { /* bad arguments */
 			VCHECK(fanout_cancel(ep->e, 0, how) == -EINVAL,
@@ -1407,6 +1749,127 @@ static void *lister(void *arg)
 	return NULL;
 }
 
+/* ------------------------------------------------------------ completers */
+
+/* fanout_complete one pending child with its planned outcome. */
+static void complete_one(struct epoch *ep, struct pend_item *it)
+{
+	struct kid *k = &it->tr->kids[it->i];
+	struct fanout_outcome o = {.code = k->pend_code};
+	int rc;
+
+	if (g_selftest == 4 && !atomic_exchange(&g_selftest_done, 1)) {
+		free(it); /* "forget" one completion: the ledger must see it */
+		return;
+	}
+	atomic_max_u64(&it->tr->last_end, now_ns());
+	if (atomic_fetch_add(&k->pend_calls, 1) != 0)
+		violation("child %u of %s completed twice by the harness",
+			  it->i, it->tr->ctx);
+	rc = fanout_complete(it->p, &o);
+	atomic_store(&k->pend_rc, rc);
+	if (rc == 0)
+		add(&c_pend_ok, 1);
+	else if (rc == -EALREADY)
+		add(&c_pend_already, 1);
+	else
+		violation("fanout_complete: %d", rc);
+	if (atomic_load(&ep->destroyed))
+		add(&c_pend_after_destroy, 1);
+	free(it);
+}
+
+/* Completes pending children when they are due (0-3 ms after deferring),
+ * or at once when their on_cancel callback ran; stops (leaving the rest)
+ * when told to. */
+static void *completer(void *arg)
+{
+	struct targ *ta = arg;
+	struct epoch *ep = ta->ep;
+	struct rng r = {mix64(ep->seed ^ (0xc03ull + ta->idx))};
+
+	while (!atomic_load(&ep->stop_complete)) {
+		uint64_t t = now_ns();
+		struct pend_item **pp, *it = NULL;
+
+		pthread_mutex_lock(&ep->pq_lock);
+		for (pp = &ep->pq; *pp; pp = &(*pp)->next) {
+			struct pend_item *x = *pp;
+
+			if (x->due <= t ||
+			    atomic_load(&x->tr->kids[x->i].hurry)) {
+				*pp = x->next;
+				it = x;
+				break;
+			}
+		}
+		pthread_mutex_unlock(&ep->pq_lock);
+		if (it)
+			complete_one(ep, it);
+		else
+			sleep_us(rnd_in(&r, 20, 200));
+	}
+	return NULL;
+}
+
+/*
+ * The ledger of the deferred children, once every one was completed: each
+ * got exactly one fanout_complete, which returned 0 or -EALREADY; 0 iff
+ * the event shows the completer's outcome, -EALREADY iff the library
+ * finished it (interrupted, and the event says why).
+ */
+static void check_pending_ledger(struct epoch *ep)
+{
+	for (struct tracker *tr = atomic_load(&ep->all); tr; tr = tr->next) {
+		int fl = atomic_load(&tr->ev_flags);
+
+		if (!tr->v2 || !tr->kids)
+			continue;
+		for (unsigned i = 0; i < tr->n; i++) {
+			struct kid *k = &tr->kids[i];
+			int rc = atomic_load(&k->pend_rc);
+
+			if (!k->deferred)
+				continue;
+			VCHECK(atomic_load(&k->pend_calls) == 1,
+			       "deferred child %u of %s: %d completions", i,
+			       tr->ctx, atomic_load(&k->pend_calls));
+			VCHECK(atomic_load(&k->cb_runs) <= 1,
+			       "callback ran %d times",
+			       atomic_load(&k->cb_runs));
+			/* registered (0), then abandoned by the library: the
+			 * abandon is an interrupt, so the callback ran */
+			VCHECK(!(atomic_load(&k->reg_rc) == 0 &&
+				 rc == -EALREADY &&
+				 atomic_load(&k->pend_calls) == 1) ||
+				       atomic_load(&k->cb_runs) == 1,
+			       "on_cancel returned 0 and the child was "
+			       "abandoned, but its callback never ran");
+			if (atomic_load(&k->pend_calls) != 1 ||
+			    !atomic_load(&k->ev_seen))
+				continue; /* (or event left to fanout_destroy) */
+			if (rc == 0)
+				VCHECK((k->ev_code == k->pend_code &&
+					k->ev_status ==
+						(int)status_of(k->pend_code)) ||
+					       ((fl & EVF_TIMED_OUT) &&
+						k->ev_code == -ETIMEDOUT),
+				       "fanout_complete(%d) returned 0, the "
+				       "event says code %d status %d",
+				       k->pend_code, k->ev_code, k->ev_status);
+			else if (rc == -EALREADY)
+				VCHECK(k->ev_status == FANOUT_INTERRUPTED &&
+					       (k->ev_code == -ECANCELED ||
+						k->ev_code == -ETIMEDOUT) &&
+					       fl,
+				       "fanout_complete returned -EALREADY, "
+				       "the event says code %d status %d "
+				       "flags %d",
+				       k->ev_code, k->ev_status, fl);
+		}
+	}
+}
+
 /* ------------------------------------------------------------- watchdog */
 
 static _Atomic uint64_t wd_deadline; /* ns; 0 = off */
@@ -1505,7 +1968,7 @@ static void run_epoch(unsigned idx, uint64_t ms)
 {
 	struct epoch *ep = calloc(1, sizeof(*ep));
 	struct rng r = {mix64(g_seed + 0x1000ull * idx)};
-	struct targ disp[NDISPATCH], cons[MAX_SINKS], canc, list;
+	struct targ disp[NDISPATCH], cons[MAX_SINKS], canc, list, compl [2];
 	struct fanout_config fc = {
 		.workers = 1, .flags = FANOUT_NO_PIN, .spin_ns = 1};
 	struct fanout_stats st0, st1;
@@ -1559,6 +2022,11 @@ static void run_epoch(unsigned idx, uint64_t ms)
 	for (unsigned i = 0; i < ep->nsinks; i++) {
 		cons[i] = (struct targ){ep, i, 0};
 		pthread_create(&cons[i].t, NULL, consumer, &cons[i]);
+	}
+	pthread_mutex_init(&ep->pq_lock, NULL);
+	for (unsigned i = 0; i < 2; i++) {
+		compl [i] = (struct targ){ep, i, 0};
+		pthread_create(&compl [i].t, NULL, completer, &compl [i]);
 	}
 	canc = (struct targ){ep, 0, 0};
 	list = (struct targ){ep, 0, 0};
@@ -1663,10 +2131,10 @@ static void run_epoch(unsigned idx, uint64_t ms)
 	VCHECK(st1.running == 0 && st1.async_running == 0,
 	       "stats after shutdown: running %u async_running %u", st1.running,
 	       st1.async_running);
-	VCHECK(st1.rejected >= atomic_load(&ep->refused) +
-				       atomic_load(&ep->inline_full) &&
+	/* (an -EBUSY that fanout_delegate answered inline, INLINE_FULL, is a
+	 * run, not a rejection: 49479e8) */
+	VCHECK(st1.rejected >= atomic_load(&ep->refused) &&
 		       st1.rejected <= atomic_load(&ep->refused) +
-					       atomic_load(&ep->inline_full) +
 					       atomic_load(&ep->deleg_errors),
 	       "stats.rejected %" PRIu64 ", observed %" PRIu64, st1.rejected,
 	       atomic_load(&ep->refused));
@@ -1695,8 +2163,23 @@ static void run_epoch(unsigned idx, uint64_t ms)
 			VCHECK(rc == 0,
 			       "fanout_sink_destroy after shutdown: %d", rc);
 		}
+	/* The completers stop before fanout_destroy (which must not race
+	 * calls on the engine); what they left is completed after it, which
+	 * a pending child allows. */
+	atomic_store(&ep->stop_complete, 1);
+	for (unsigned i = 0; i < 2; i++)
+		pthread_join(compl [i].t, NULL);
 	fanout_destroy(ep->e);
 	fanout_destroy(ep->foreign);
+	atomic_store(&ep->destroyed, 1);
+	while (ep->pq) {
+		struct pend_item *it = ep->pq;
+
+		ep->pq = it->next;
+		complete_one(ep, it);
+	}
+	check_pending_ledger(ep);
+	pthread_mutex_destroy(&ep->pq_lock);
 	atomic_store(&wd_deadline, 0);
 	free_trackers(ep);
 	if (g_verbose)
@@ -1730,6 +2213,14 @@ static void print_counters(FILE *f)
 		" (+%" PRIu64
 		" pending-cancel splits), shutdown found queued work %" PRIu64
 		", nested join helped by its caller %" PRIu64 "\n"
+		"v0.2: %" PRIu64 " delegations with deferred children/deadline/"
+		"policy; deferred %" PRIu64 ", completed 0 %" PRIu64
+		", -EALREADY %" PRIu64 " (%" PRIu64
+		" after destroy); on_cancel "
+		"%" PRIu64 ", callbacks %" PRIu64 "; timed out %" PRIu64
+		", policy %" PRIu64 "; runs on the 2nd engine %" PRIu64
+		" (all interrupted %" PRIu64 ", by the outer deadline %" PRIu64
+		"); session cancels %" PRIu64 " (%" PRIu64 " delegations)\n"
 		"epochs %" PRIu64 " (%" PRIu64
 		" destroyed undrained, leaving %" PRIu64
 		" events to fanout_destroy); max event "
@@ -1741,7 +2232,10 @@ static void print_counters(FILE *f)
 		c_rejected, c_ebusy, c_inline_full, c_eshutdown, c_eloop,
 		c_bad_calls, c_cancels_ok, c_lookups, c_lists, c_intrusions,
 		c_temp_sinks, c_race_running, c_race_pending, c_shut_queued,
-		c_helped, c_epochs, c_undrained, c_left_to_destroy,
+		c_helped, c_v2, c_deferred, c_pend_ok, c_pend_already,
+		c_pend_after_destroy, c_cb_regs, c_cb_runs, c_timed_out,
+		c_policy, c_tree_runs, c_tree_intr, c_tree_deadline, c_sessions,
+		c_session_n, c_epochs, c_undrained, c_left_to_destroy,
 		c_max_lat_ns / 1e6, c_max_shut_ns / 1e6, c_excused,
 		hb_max_gap_ns / 1e6);
 }
@@ -1850,6 +2344,20 @@ int main(int argc, char **argv)
 	}
 	if (!c_helped) {
 		printf("NOT HIT: a nested join helped by its caller\n");
+		bad++;
+	}
+	if (!c_pend_already) {
+		printf("NOT HIT: an abandon racing a completion "
+		       "(fanout_complete returned -EALREADY)\n");
+		bad++;
+	}
+	if (!c_tree_deadline) {
+		printf("NOT HIT: a deadline interrupting a nested run on "
+		       "another engine (cancel tree)\n");
+		bad++;
+	}
+	if (!c_policy) {
+		printf("NOT HIT: a join policy interrupt\n");
 		bad++;
 	}
 	if (c_events == 0)

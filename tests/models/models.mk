@@ -58,6 +58,27 @@ $(eval $(call models_run,shutdown_drain-bug2,shutdown_drain,fail,-DBUG=2,-DSAFET
 $(eval $(call models_run,shutdown_drain-bug3,shutdown_drain,fail,-DBUG=3,-DSAFETY,))
 $(eval $(call models_run,shutdown_drain-bug4,shutdown_drain,fail,-DBUG=4,-DSAFETY,))
 
+# pending child's finish race (lib/pending.c: defer/complete/on_cancel vs
+# an abandoner - cancel, deadline, policy, shutdown - and fanout_defer's
+# re-check): 1 sync + 1 deferred child, runner, abandoner, completer; the
+# callback registered by the child's fn or (REG=2) by the completer; 2
+# deferred children; two abandoners; the re-check after fn returns with a
+# callback step (LATE=2).  FIX=0 is on_cancel as 3e7e328 had it and
+# LATE=1 the first sketch's re-check: spin must keep rejecting both.
+# REACH=3 shows the abandon/complete race is reached (-EALREADY).
+$(eval $(call models_run,pending_finish,pending_finish,pass,,-DSAFETY,))
+$(eval $(call models_run,pending_finish-reg2,pending_finish,pass,-DREG=2,-DSAFETY,))
+$(eval $(call models_run,pending_finish-D2,pending_finish,pass,-DND=2 -DNS=0,-DSAFETY,))
+$(eval $(call models_run,pending_finish-A2,pending_finish,pass,-DA=2,-DSAFETY,))
+$(eval $(call models_run,pending_finish-late2,pending_finish,pass,-DLATE=2,-DSAFETY,))
+$(eval $(call models_run,pending_finish-reach3,pending_finish,fail,-DREACH=3,-DSAFETY,))
+$(eval $(call models_run,pending_finish-bug1,pending_finish,fail,-DBUG=1,-DSAFETY,))
+$(eval $(call models_run,pending_finish-bug2,pending_finish,fail,-DBUG=2,-DSAFETY,))
+$(eval $(call models_run,pending_finish-bug3,pending_finish,fail,-DBUG=3,-DSAFETY,))
+$(eval $(call models_run,pending_finish-bug4,pending_finish,fail,-DBUG=4,-DSAFETY,))
+$(eval $(call models_run,pending_finish-late1,pending_finish,fail,-DLATE=1,-DSAFETY,))
+$(eval $(call models_run,pending_finish-fix0,pending_finish,fail,-DFIX=0,-DSAFETY,))
+
 .PHONY: models models-deps
 models: $(MODELS_RUNS)
 	@echo "make models: $(words $(MODELS_RUNS)) runs as expected" \

@@ -1,0 +1,1642 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_defer.c - children that finish later: fanout_defer, fanout_complete,
+ * the outcome, on_cancel, ABANDON, shutdown, capacity and bad input.
+ */
+#include "defer.h"
+
+static struct fanout_engine *eng2(void)
+{
+	return NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+}
+
+/* ------------------------------------------------------- completer thread */
+
+/* Completes ds[0..n) in that order, after *gate (if any) opens. */
+struct completer {
+	struct dchild **ds;
+	unsigned n;
+	atomic_int *gate;
+	unsigned idx[16];
+	fanout_id pid[16];
+	bool intr[16];
+	int rc[16];
+	pthread_t self;
+};
+
+static void *completer_thread(void *arg)
+{
+	struct completer *k = arg;
+
+	k->self = pthread_self();
+	if (k->gate)
+		CHECK(wait_flag(k->gate, WAIT_MS));
+	for (unsigned i = 0; i < k->n; i++) {
+		struct fanout_pending *p = dc_wait(k->ds[i]);
+
+		if (!p)
+			continue;
+		if (i < 16) {
+			k->idx[i] = fanout_pending_index(p);
+			k->pid[i] = fanout_pending_id(p);
+			k->intr[i] = fanout_pending_interrupted(p);
+		}
+		int rc = fanout_complete(p, &k->ds[i]->o);
+		if (i < 16)
+			k->rc[i] = rc;
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ basics */
+
+static void defer_completed_by_other_thread(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(4);
+	struct completer k = {0};
+	struct dchild *order[4];
+	char sum[4][8];
+
+	for (unsigned i = 0; i < 4; i++) {
+		snprintf(sum[i], sizeof(sum[i]), "s%u", i);
+		mb->d[i].o = (struct fanout_outcome){
+			.code = 0,
+			.summary = sum[i],
+			.summary_len = strlen(sum[i]),
+			.cost = (double)i,
+		};
+		order[i] = &mb->d[3 - i]; /* complete in reverse order */
+	}
+	k.ds = order;
+	k.n = 4;
+	fanout_id id = 0;
+	assert_int_equal(fanout_dispatch(e, &mb->b, &id), 0);
+	pthread_t t = spawn(completer_thread, &k);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	join(t);
+
+	assert_true(ev->id == id);
+	check_shape(ev, 4);
+	assert_int_equal(ev->ncompleted, 4);
+	assert_null(ev->error);
+	assert_false(ev->cancelled);
+	assert_false(ev->timed_out);
+	assert_false(ev->interrupted_by_policy);
+	assert_float_equal(ev->cost, 6.0, 1e-9);
+	for (unsigned i = 0; i < 4; i++) {
+		const struct fanout_result *r = &ev->results[i];
+
+		assert_int_equal(r->status, FANOUT_COMPLETED);
+		assert_int_equal(r->code, 0);
+		assert_null(r->error);
+		assert_string_equal(r->goal, mb->goals[i]);
+		assert_string_equal(r->summary, sum[i]);
+		assert_float_equal(r->cost, (double)i, 1e-9);
+		assert_int_equal(atomic_load(&mb->d[i].runs), 1);
+		assert_int_equal(mb->d[i].index, i);
+		assert_int_equal(mb->d[i].depth, 1);
+		assert_true(mb->d[i].id == id);
+		/* order[j] is child 3 - j */
+		assert_int_equal(k.idx[3 - i], i);
+		assert_true(k.pid[3 - i] == id);
+		assert_false(k.intr[3 - i]);
+		assert_int_equal(k.rc[3 - i], 0);
+		/* the completer is not a worker thread */
+		assert_false(pthread_equal(mb->d[i].thread, k.self));
+	}
+	fanout_event_free(ev);
+	assert_no_event(fanout_default_sink(e));
+	struct fanout_info info;
+	assert_int_equal(fanout_lookup(e, id, &info), 0);
+	assert_int_equal(info.status, FANOUT_COMPLETED);
+	assert_int_equal(info.ndone, 4);
+	assert_int_equal(info.npending, 0);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/* fanout_complete from inside fn, before it returned; fn's return ignored */
+static void defer_complete_inside_fn(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(3);
+
+	for (unsigned i = 0; i < 3; i++)
+		mb->d[i].inline_complete = true;
+	mb->d[0].o = (struct fanout_outcome){.summary = "a", .summary_len = 1};
+	mb->d[1].ret = 0; /* ignored */
+	mb->d[1].o = (struct fanout_outcome){.code = -EPERM, .error = "bad"};
+	mb->d[2].ret = -EIO; /* ignored */
+	mb->d[2].o = (struct fanout_outcome){.code = -ECANCELED};
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+
+	assert_true(ev->id == id);
+	check_shape(ev, 3);
+	for (unsigned i = 0; i < 3; i++) {
+		assert_true(wait_flag(&mb->d[i].deferred, WAIT_MS));
+		assert_int_equal(mb->d[i].inline_rc, 0);
+	}
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	assert_string_equal(ev->results[0].summary, "a");
+	assert_int_equal(ev->results[1].status, FANOUT_ERROR);
+	assert_int_equal(ev->results[1].code, -EPERM);
+	assert_string_equal(ev->results[1].error, "bad");
+	assert_int_equal(ev->results[2].status, FANOUT_INTERRUPTED);
+	assert_int_equal(ev->results[2].code, -ECANCELED);
+	assert_int_equal(ev->status, FANOUT_COMPLETED);
+	fanout_event_free(ev);
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/* on_cancel's fn completes the child: the outcome it gives is reported. */
+static void defer_complete_from_on_cancel(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(1);
+	struct cbrec r = {
+		.complete = true,
+		.o = {.code = -ECANCELED,
+		      .summary = "stopped by cb",
+		      .summary_len = 13,
+		      .cost = 0.5},
+	};
+
+	mb->d[0].on_cancel = cb_fn;
+	mb->d[0].on_cancel_arg = &r;
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	assert_non_null(dc_wait(&mb->d[0]));
+	assert_int_equal(mb->d[0].on_cancel_rc, 0);
+	assert_int_equal(atomic_load(&r.calls), 0);
+	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT), 0);
+	/* the callback ran on this thread, during the call */
+	assert_int_equal(atomic_load(&r.calls), 1);
+	assert_true(pthread_equal(r.thread, pthread_self()));
+	assert_int_equal(r.complete_rc, 0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	check_shape(ev, 1);
+	assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+	assert_int_equal(ev->results[0].code, -ECANCELED);
+	assert_string_equal(ev->results[0].summary, "stopped by cb");
+	assert_float_equal(ev->results[0].cost, 0.5, 1e-9);
+	assert_true(ev->cancelled);
+	fanout_event_free(ev);
+	assert_no_event(fanout_default_sink(e));
+	assert_int_equal(atomic_load(&r.calls), 1);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/* Same with ABANDON: either the callback's complete or the abandon wins. */
+static void defer_complete_from_on_cancel_abandon(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(1);
+	struct cbrec r = {
+		.complete = true,
+		.o = {.code = 0, .summary = "cb", .summary_len = 2},
+	};
+
+	mb->d[0].on_cancel = cb_fn;
+	mb->d[0].on_cancel_arg = &r;
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	assert_non_null(dc_wait(&mb->d[0]));
+	assert_int_equal(
+		fanout_cancel(e, id,
+			      FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON),
+		0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	int calls = atomic_load(&r.calls);
+	assert_true(calls <= 1);
+	const struct fanout_result *res = &ev->results[0];
+	if (calls == 1 && r.complete_rc == 0) {
+		assert_int_equal(res->status, FANOUT_COMPLETED);
+		assert_string_equal(res->summary, "cb");
+	} else {
+		if (calls == 1)
+			assert_int_equal(r.complete_rc, -EALREADY);
+		else /* the callback never ran: p is still ours to release */
+			assert_int_equal(
+				fanout_complete(atomic_load(&mb->d[0].p), NULL),
+				-EALREADY);
+		assert_int_equal(res->status, FANOUT_INTERRUPTED);
+		assert_int_equal(res->code, -ECANCELED);
+		assert_null(res->summary);
+	}
+	fanout_event_free(ev);
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/* The outcome replaces the summary, error and cost set before deferring. */
+static void defer_outcome_replaces(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(3);
+
+	for (unsigned i = 0; i < 3; i++) {
+		mb->d[i].pre_summary = "before";
+		mb->d[i].pre_error = "pre-err";
+		mb->d[i].pre_cost = 5.0;
+	}
+	mb->d[0].o = (struct fanout_outcome){
+		.code = 0, .summary = "after", .summary_len = 5, .cost = 2.0};
+	mb->d[1].o = (struct fanout_outcome){.code = -EIO};
+	mb->d[2].o = (struct fanout_outcome){.code = -EIO,
+					     .error = "post-err",
+					     .summary = "xy",
+					     .summary_len = 1,
+					     .cost = 0.25};
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(dc_complete(&mb->d[i]), 0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+
+	assert_true(ev->id == id);
+	check_shape(ev, 3);
+	const struct fanout_result *r = ev->results;
+	assert_int_equal(r[0].status, FANOUT_COMPLETED);
+	assert_string_equal(r[0].summary, "after");
+	assert_null(r[0].error);
+	assert_float_equal(r[0].cost, 2.0, 1e-9);
+
+	assert_int_equal(r[1].status, FANOUT_ERROR);
+	assert_int_equal(r[1].code, -EIO);
+	assert_null(r[1].summary);
+	assert_non_null(r[1].error); /* a description of -EIO */
+	assert_string_not_equal(r[1].error, "pre-err");
+	assert_float_equal(r[1].cost, 0.0, 1e-9);
+
+	assert_int_equal(r[2].status, FANOUT_ERROR);
+	assert_string_equal(r[2].error, "post-err");
+	assert_string_equal(r[2].summary, "x");
+	assert_float_equal(r[2].cost, 0.25, 1e-9);
+
+	assert_float_equal(ev->cost, 2.25, 1e-9);
+	fanout_event_free(ev);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/* Strings of the outcome are copied; summary_len bounds the summary. */
+static void defer_strings_copied(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(1);
+	char *s = malloc(16), *er = malloc(32);
+
+	assert_non_null(s);
+	assert_non_null(er);
+	memcpy(s, "abcdefXYZ", 9); /* no NUL within summary_len */
+	strcpy(er, "broken pipe here");
+	mb->d[0].o = (struct fanout_outcome){
+		.code = -EPIPE, .summary = s, .summary_len = 6, .error = er};
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	assert_int_equal(dc_complete(&mb->d[0]), 0);
+	memset(s, 'Q', 16);
+	memset(er, 'Q', 32);
+	free(s);
+	free(er);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	assert_int_equal(ev->results[0].status, FANOUT_ERROR);
+	assert_int_equal(ev->results[0].code, -EPIPE);
+	assert_string_equal(ev->results[0].summary, "abcdef");
+	assert_string_equal(ev->results[0].error, "broken pipe here");
+	fanout_event_free(ev);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/*
+ * The child's duration runs until it is finished.  Not a timing assertion:
+ * the child started before t0 and finished after t1, so a library that
+ * measures start to finish reports at least t1 - t0, however slow the host.
+ */
+static void defer_duration_covers_wait(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(1);
+
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_pending *p = dc_wait(&mb->d[0]);
+	assert_non_null(p);
+	uint64_t t0 = fanout_now_ns();
+	sleep_ms(5); /* an interval to measure, not a synchronisation */
+	uint64_t t1 = fanout_now_ns();
+	assert_int_equal(fanout_complete(p, NULL), 0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	assert_null(ev->results[0].summary);
+	assert_true(ev->results[0].duration_ns >= t1 - t0);
+	assert_true(ev->completed_ns >= t1);
+	fanout_event_free(ev);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/* The event's status counts deferred children like synchronous ones. */
+struct mixcase {
+	int sync_ret[3]; /* 99 = this child defers */
+	int defer_code[3];
+	unsigned n;
+	enum fanout_status want;
+};
+
+static void defer_mixed_status_rules(void **state)
+{
+	static const struct mixcase cases[] = {
+		{{0, 99}, {0, -EIO}, 2, FANOUT_COMPLETED},
+		{{99, 0}, {-EIO, 0}, 2, FANOUT_COMPLETED},
+		{{-EIO, 99}, {0, -ECANCELED}, 2, FANOUT_ERROR},
+		{{-ECANCELED, 99}, {0, -ECANCELED}, 2, FANOUT_INTERRUPTED},
+		{{99, 99, -ECANCELED}, {-ECANCELED, -ENOENT}, 3, FANOUT_ERROR},
+		{{99, 99, 0}, {0, 0}, 3, FANOUT_COMPLETED},
+		{{99}, {5}, 1, FANOUT_ERROR}, /* positive: an error */
+		{{99, 99}, {-ECANCELED, -ECANCELED}, 2, FANOUT_INTERRUPTED},
+	};
+	struct fanout_engine *e = eng2();
+
+	for (unsigned c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		const struct mixcase *mc = &cases[c];
+		struct mbatch *mb = mb_new(mc->n);
+
+		for (unsigned i = 0; i < mc->n; i++) {
+			if (mc->sync_ret[i] != 99)
+				mb_sync(mb, i)->ret = mc->sync_ret[i];
+			else
+				mb->d[i].o.code = mc->defer_code[i];
+		}
+		fanout_id id = must_dispatch_b(e, &mb->b);
+		for (unsigned i = 0; i < mc->n; i++)
+			if (mc->sync_ret[i] == 99)
+				assert_int_equal(dc_complete(&mb->d[i]), 0);
+		struct fanout_event *ev = must_wait(fanout_default_sink(e));
+		assert_true(ev->id == id);
+		check_shape(ev, mc->n);
+		if (ev->status != mc->want)
+			fail_msg("case %u: status %d, want %d", c, ev->status,
+				 mc->want);
+		for (unsigned i = 0; i < mc->n; i++) {
+			int code = mc->sync_ret[i] != 99 ? mc->sync_ret[i] :
+							   mc->defer_code[i];
+			const struct fanout_result *r = &ev->results[i];
+			enum fanout_status want =
+				code == 0	   ? FANOUT_COMPLETED :
+				code == -ECANCELED ? FANOUT_INTERRUPTED :
+						     FANOUT_ERROR;
+			assert_int_equal(r->status, want);
+			if (code <= 0)
+				assert_int_equal(r->code, code);
+			if (want == FANOUT_COMPLETED)
+				assert_null(r->error);
+			else
+				assert_non_null(r->error);
+		}
+		if (mc->want == FANOUT_COMPLETED)
+			assert_null(ev->error);
+		else
+			assert_non_null(ev->error);
+		fanout_event_free(ev);
+		/* no fn touches the batch after these flags */
+		for (unsigned i = 0; i < mc->n; i++)
+			if (mc->sync_ret[i] != 99)
+				assert_true(wait_flag(&mb->pr[i].finished,
+						      WAIT_MS));
+		mb_free(mb);
+	}
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+}
+
+/*
+ * Many delegations mixing synchronous children, children completed inside
+ * fn and children completed by two completer threads: one event per
+ * delegation, every child once at its index with its own outcome.
+ */
+#define MANY_D 200
+#define MANY_N 8
+
+struct popper {
+	struct dq *q;
+	atomic_int *left;
+	int bad;
+};
+
+static void *popper_thread(void *arg)
+{
+	struct popper *pp = arg;
+
+	while (atomic_fetch_sub(pp->left, 1) > 0) {
+		struct dchild *d = dq_pop(pp->q, WAIT_MS);
+
+		CHECK(d != NULL);
+		if (!d)
+			break;
+		if (fanout_complete(atomic_load(&d->p), &d->o) != 0)
+			pp->bad++;
+	}
+	return NULL;
+}
+
+static void defer_many_exactly_once(void **state)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .max_async = 1024,
+					     .flags = FANOUT_NO_PIN);
+	struct mbatch *mb[MANY_D];
+	char(*sum)[16] = calloc(MANY_D * MANY_N, 16);
+	fanout_id ids[MANY_D];
+	struct dq q;
+	atomic_int left = 0;
+	struct popper pp[2];
+	pthread_t t[2];
+
+	assert_non_null(sum);
+	dq_init(&q, MANY_D * MANY_N);
+	for (unsigned k = 0; k < MANY_D; k++) {
+		mb[k] = mb_new(MANY_N);
+		for (unsigned i = 0; i < MANY_N; i++) {
+			unsigned x = (k * MANY_N + i) * 2654435761u >> 7;
+			int code = (x % 5 == 0) ? -EIO :
+				   (x % 5 == 1) ? -ECANCELED :
+						  0;
+			char *s = sum[k * MANY_N + i];
+
+			snprintf(s, 16, "%u.%u", k, i);
+			switch (x % 3) {
+			case 0:
+				mb_sync(mb[k], i)->ret = code;
+				mb[k]->pr[i].summary = s;
+				break;
+			case 1:
+				mb[k]->d[i].inline_complete = true;
+				/* fall through */
+			default:
+				mb[k]->d[i].o = (struct fanout_outcome){
+					.code = code,
+					.summary = s,
+					.summary_len = strlen(s),
+					.cost = 1.0,
+				};
+				if (!mb[k]->d[i].inline_complete) {
+					mb[k]->d[i].q = &q;
+					atomic_fetch_add(&left, 1);
+				}
+			}
+		}
+	}
+	for (int j = 0; j < 2; j++) {
+		pp[j] = (struct popper){&q, &left, 0};
+		t[j] = spawn(popper_thread, &pp[j]);
+	}
+	for (unsigned k = 0; k < MANY_D; k++)
+		ids[k] = must_dispatch_b(e, &mb[k]->b);
+	bool seen[MANY_D] = {0};
+	for (unsigned n = 0; n < MANY_D; n++) {
+		struct fanout_event *ev = must_wait(fanout_default_sink(e));
+		unsigned k;
+
+		for (k = 0; k < MANY_D && ids[k] != ev->id; k++)
+			;
+		assert_true(k < MANY_D);
+		assert_false(seen[k]);
+		seen[k] = true;
+		check_shape(ev, MANY_N);
+		for (unsigned i = 0; i < MANY_N; i++) {
+			const struct fanout_result *r = &ev->results[i];
+
+			assert_string_equal(r->goal, mb[k]->goals[i]);
+			assert_string_equal(r->summary, sum[k * MANY_N + i]);
+		}
+		fanout_event_free(ev);
+	}
+	join(t[0]);
+	join(t[1]);
+	assert_int_equal(pp[0].bad + pp[1].bad, 0);
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+	for (unsigned k = 0; k < MANY_D; k++) {
+		for (unsigned i = 0; i < MANY_N; i++) {
+			if (mb[k]->tasks[i].fn == probe_fn) {
+				assert_int_equal(
+					atomic_load(&mb[k]->pr[i].runs), 1);
+				continue;
+			}
+			assert_int_equal(atomic_load(&mb[k]->d[i].runs), 1);
+			if (mb[k]->d[i].inline_complete)
+				assert_int_equal(mb[k]->d[i].inline_rc, 0);
+		}
+		mb_free(mb[k]);
+	}
+	dq_fini(&q);
+	free(sum);
+}
+
+/* --------------------------------------------------------------- abandon */
+
+static void abandon_then_complete_ealready(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(1);
+	struct fanout_info info;
+	struct cbrec r = {0};
+
+	mb->d[0].pre_summary = "before";
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_pending *p = dc_wait(&mb->d[0]);
+	assert_non_null(p);
+	assert_int_equal(
+		fanout_cancel(e, id,
+			      FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON),
+		0);
+	/* the event does not wait for a completer */
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	check_shape(ev, 1);
+	assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+	assert_int_equal(ev->results[0].code, -ECANCELED);
+	assert_true(ev->cancelled);
+	assert_int_equal(ev->status, FANOUT_INTERRUPTED);
+	assert_int_equal(fanout_lookup(e, id, &info), 0);
+	assert_int_equal(info.status, FANOUT_INTERRUPTED);
+	assert_int_equal(info.npending, 0);
+	assert_int_equal(info.ndone, 1);
+	double cost = info.cost;
+
+	/* p is still valid: the accessors work, on_cancel says finished */
+	assert_true(fanout_pending_interrupted(p));
+	assert_int_equal(fanout_pending_index(p), 0);
+	assert_true(fanout_pending_id(p) == id);
+	assert_int_equal(fanout_pending_on_cancel(p, cb_fn, &r), -EALREADY);
+	struct fanout_outcome o = {
+		.code = 0, .summary = "late", .summary_len = 4, .cost = 3.0};
+	assert_int_equal(fanout_complete(p, &o), -EALREADY);
+	assert_int_equal(atomic_load(&r.calls), 0);
+	/* nothing changed */
+	assert_int_equal(fanout_lookup(e, id, &info), 0);
+	assert_int_equal(info.status, FANOUT_INTERRUPTED);
+	assert_int_equal(info.ndone, 1);
+	assert_int_equal(info.npending, 0);
+	assert_float_equal(info.cost, cost, 1e-12);
+	assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+	fanout_event_free(ev);
+	assert_no_event(fanout_default_sink(e));
+	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT),
+			 -EALREADY);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/* -EALREADY still works once the record is pruned (keep_completed small). */
+static void abandon_complete_after_prune(void **state)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .keep_completed = 2,
+					     .flags = FANOUT_NO_PIN);
+	struct mbatch *mb = mb_new(2);
+	struct fanout_info info;
+
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_pending *p0 = dc_wait(&mb->d[0]);
+	struct fanout_pending *p1 = dc_wait(&mb->d[1]);
+	assert_non_null(p0);
+	assert_non_null(p1);
+	assert_int_equal(
+		fanout_cancel(e, id,
+			      FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON),
+		0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	fanout_event_free(ev);
+	/* many newer delegations finish: the record goes */
+	for (int k = 0; k < 64; k++) {
+		struct tbatch *tb = tb_new(1);
+
+		must_dispatch(e, tb);
+		ev = must_wait(fanout_default_sink(e));
+		fanout_event_free(ev);
+		/* probe_fn touches nothing after this flag */
+		assert_true(wait_flag(&tb->probes[0].finished, WAIT_MS));
+		tb_free(tb);
+	}
+	int rc = fanout_lookup(e, id, &info);
+	assert_true(rc == 0 || rc == -ENOENT);
+	if (rc == 0)
+		print_message("note: record not pruned yet (allowed)\n");
+	struct fanout_outcome o = {.code = -EIO,
+				   .error = "late error",
+				   .summary = "late",
+				   .summary_len = 4};
+	assert_int_equal(fanout_complete(p0, &o), -EALREADY);
+	assert_true(fanout_pending_interrupted(p1));
+	assert_true(fanout_pending_id(p1) == id);
+	assert_int_equal(fanout_pending_index(p1), 1);
+	assert_int_equal(fanout_complete(p1, NULL), -EALREADY);
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/* ... and after fanout_destroy(): p outlives the engine. */
+static void abandon_complete_after_destroy(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(2);
+	struct cbrec r = {0};
+
+	mb->d[0].on_cancel = cb_fn;
+	mb->d[0].on_cancel_arg = &r;
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_pending *p0 = dc_wait(&mb->d[0]);
+	struct fanout_pending *p1 = dc_wait(&mb->d[1]);
+	assert_non_null(p0);
+	assert_non_null(p1);
+	assert_int_equal(mb->d[0].on_cancel_rc, 0);
+	fanout_destroy(e); /* shutdown abandons both, then frees everything */
+	assert_int_equal(atomic_load(&r.calls), 1);
+	assert_true(pthread_equal(r.thread, pthread_self()));
+	assert_true(fanout_pending_interrupted(p1));
+	assert_true(fanout_pending_id(p1) == id);
+	struct fanout_outcome o = {.code = 0,
+				   .summary = "too late",
+				   .summary_len = 8,
+				   .cost = 1.0};
+	assert_int_equal(fanout_complete(p0, &o), -EALREADY);
+	assert_int_equal(fanout_complete(p1, &o), -EALREADY);
+	mb_free(mb);
+}
+
+/* -------------------------------------------------------------- on_cancel */
+
+struct canceller {
+	struct fanout_engine *e;
+	fanout_id id;
+	unsigned how;
+	int rc;
+	pthread_t self;
+};
+
+static void *cancel_thread(void *arg)
+{
+	struct canceller *c = arg;
+
+	c->self = pthread_self();
+	c->rc = fanout_cancel(c->e, c->id, c->how);
+	return NULL;
+}
+
+static void on_cancel_once_on_interrupter(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(1);
+	struct cbrec r = {0};
+
+	mb->d[0].on_cancel = cb_fn;
+	mb->d[0].on_cancel_arg = &r;
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_pending *p = dc_wait(&mb->d[0]);
+	assert_non_null(p);
+	assert_int_equal(mb->d[0].on_cancel_rc, 0);
+
+	/* PENDING alone interrupts nothing */
+	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_PENDING), 0);
+	assert_int_equal(atomic_load(&r.calls), 0);
+	assert_false(fanout_pending_interrupted(p));
+
+	struct canceller c = {
+		.e = e, .id = id, .how = FANOUT_CANCEL_INTERRUPT, .rc = -1};
+	pthread_t t = spawn(cancel_thread, &c);
+	join(t);
+	assert_int_equal(c.rc, 0);
+	assert_int_equal(atomic_load(&r.calls), 1);
+	assert_true(pthread_equal(r.thread, c.self));
+	assert_ptr_equal(r.p, p);
+	assert_true(fanout_pending_interrupted(p));
+
+	/* again, and with ABANDON: never a second call */
+	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT), 0);
+	assert_int_equal(atomic_load(&r.calls), 1);
+	assert_no_event(fanout_default_sink(e)); /* waits for the completer */
+	assert_int_equal(
+		fanout_cancel(e, id,
+			      FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON),
+		0);
+	assert_int_equal(atomic_load(&r.calls), 1);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+	fanout_event_free(ev);
+	assert_int_equal(fanout_complete(p, NULL), -EALREADY);
+	assert_int_equal(atomic_load(&r.calls), 1);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/* The interrupt came first: on_cancel runs at once, on the caller. */
+static void on_cancel_at_once_if_interrupted(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(1);
+	struct cbrec r = {.complete = true, .o = {.code = -ECANCELED}};
+
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_pending *p = dc_wait(&mb->d[0]);
+	assert_non_null(p);
+	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT), 0);
+	assert_true(fanout_pending_interrupted(p));
+	assert_no_event(fanout_default_sink(e));
+	assert_int_equal(fanout_pending_on_cancel(p, cb_fn, &r), 0);
+	assert_int_equal(atomic_load(&r.calls), 1);
+	assert_true(pthread_equal(r.thread, pthread_self()));
+	assert_int_equal(r.complete_rc, 0); /* p released by the callback */
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+	assert_int_equal(ev->results[0].code, -ECANCELED);
+	assert_int_equal(ev->status, FANOUT_INTERRUPTED);
+	assert_true(ev->cancelled);
+	fanout_event_free(ev);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/* Never for a child already finished (the delegation still running). */
+static void on_cancel_not_for_finished_child(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(2);
+	struct cbrec r = {0};
+	atomic_int started = 0;
+
+	mb->d[0].on_cancel = cb_fn;
+	mb->d[0].on_cancel_arg = &r;
+	mb->tasks[1] = (struct fanout_task){"spin", spin_fn, &started};
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	assert_non_null(dc_wait(&mb->d[0]));
+	assert_int_equal(mb->d[0].on_cancel_rc, 0);
+	assert_int_equal(dc_complete(&mb->d[0]), 0);
+	assert_true(wait_flag(&started, WAIT_MS));
+	assert_int_equal(
+		fanout_cancel(e, id,
+			      FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON),
+		0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	assert_int_equal(ev->results[1].status, FANOUT_INTERRUPTED);
+	assert_int_equal(atomic_load(&r.calls), 0);
+	fanout_event_free(ev);
+	fanout_destroy(e);
+	assert_int_equal(atomic_load(&r.calls), 0);
+	mb_free(mb);
+}
+
+static void on_cancel_ebusy_einval(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(1);
+	struct cbrec r1 = {0}, r2 = {0};
+
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_pending *p = dc_wait(&mb->d[0]);
+	assert_non_null(p);
+	assert_int_equal(fanout_pending_on_cancel(NULL, cb_fn, &r1), -EINVAL);
+	assert_int_equal(fanout_pending_on_cancel(p, NULL, &r1), -EINVAL);
+	assert_int_equal(fanout_pending_on_cancel(p, cb_fn, &r1), 0);
+	assert_int_equal(fanout_pending_on_cancel(p, cb_fn, &r2), -EBUSY);
+	assert_int_equal(fanout_pending_on_cancel(p, cb_fn, &r1), -EBUSY);
+	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT), 0);
+	assert_int_equal(atomic_load(&r1.calls), 1);
+	assert_int_equal(atomic_load(&r2.calls), 0);
+	assert_int_equal(fanout_pending_on_cancel(p, cb_fn, &r2), -EBUSY);
+	assert_int_equal(atomic_load(&r2.calls), 0);
+	assert_int_equal(fanout_complete(p, NULL), 0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	assert_true(ev->cancelled);
+	fanout_event_free(ev);
+	fanout_destroy(e);
+	assert_int_equal(atomic_load(&r1.calls), 1);
+	assert_int_equal(atomic_load(&r2.calls), 0);
+	mb_free(mb);
+}
+
+static void pending_accessors(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(3);
+
+	assert_false(fanout_pending_interrupted(NULL));
+	assert_int_equal(fanout_pending_index(NULL), 0);
+	assert_true(fanout_pending_id(NULL) == 0);
+	mb_sync(mb, 0);
+	mb_sync(mb, 1);
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_pending *p = dc_wait(&mb->d[2]);
+	assert_non_null(p);
+	assert_int_equal(fanout_pending_index(p), 2);
+	assert_true(fanout_pending_id(p) == id);
+	assert_false(fanout_pending_interrupted(p));
+	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT), 0);
+	assert_true(fanout_pending_interrupted(p));
+	assert_int_equal(fanout_pending_index(p), 2);
+	assert_true(fanout_pending_id(p) == id);
+	assert_int_equal(fanout_complete(p, NULL), 0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	check_shape(ev, 3);
+	fanout_event_free(ev);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/*
+ * FANOUT_CANCEL_PENDING alone leaves pending children alone; INTERRUPT
+ * without ABANDON tells them but still waits for their completers.
+ */
+static void cancel_modes_and_pending_children(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(1);
+	struct fanout_info info;
+	struct cbrec r = {0};
+
+	mb->d[0].on_cancel = cb_fn;
+	mb->d[0].on_cancel_arg = &r;
+	mb->d[0].o = (struct fanout_outcome){.summary = "done anyway",
+					     .summary_len = 11};
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_pending *p = dc_wait(&mb->d[0]);
+	assert_non_null(p);
+	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_PENDING), 0);
+	assert_false(fanout_pending_interrupted(p));
+	assert_int_equal(atomic_load(&r.calls), 0);
+	assert_no_event(fanout_default_sink(e));
+	assert_int_equal(fanout_lookup(e, id, &info), 0);
+	assert_int_equal(info.status, FANOUT_RUNNING);
+	assert_int_equal(info.npending, 1);
+	assert_true(info.cancelled);
+
+	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT), 0);
+	assert_true(fanout_pending_interrupted(p));
+	assert_int_equal(atomic_load(&r.calls), 1);
+	assert_no_event(fanout_default_sink(e));
+	assert_int_equal(fanout_lookup(e, id, &info), 0);
+	assert_int_equal(info.status, FANOUT_RUNNING);
+	assert_int_equal(info.npending, 1);
+
+	assert_int_equal(fanout_complete(p, &mb->d[0].o), 0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	assert_true(ev->cancelled);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	assert_string_equal(ev->results[0].summary, "done anyway");
+	assert_int_equal(ev->status, FANOUT_COMPLETED);
+	fanout_event_free(ev);
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/* fanout_shutdown abandons pending children; complete then -EALREADY. */
+static void shutdown_abandons_pending(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *a = mb_new(1), *b = mb_new(2);
+	struct cbrec r = {0};
+
+	a->d[0].on_cancel = cb_fn;
+	a->d[0].on_cancel_arg = &r;
+	mb_sync(b, 1)->ret = 0;
+	fanout_id ida = must_dispatch_b(e, &a->b);
+	fanout_id idb = must_dispatch_b(e, &b->b);
+	struct fanout_pending *pa = dc_wait(&a->d[0]);
+	struct fanout_pending *pb = dc_wait(&b->d[0]);
+	assert_non_null(pa);
+	assert_non_null(pb);
+	assert_true(wait_flag(&b->pr[1].finished, WAIT_MS));
+	assert_int_equal(fanout_shutdown(e), 0);
+	assert_int_equal(atomic_load(&r.calls), 1);
+	assert_true(pthread_equal(r.thread, pthread_self()));
+	for (int n = 0; n < 2; n++) {
+		struct fanout_event *ev = NULL;
+
+		assert_int_equal(fanout_poll(fanout_default_sink(e), &ev), 0);
+		assert_true(ev->id == ida || ev->id == idb);
+		check_shape(ev, ev->id == ida ? 1 : 2);
+		assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+		assert_int_equal(ev->results[0].code, -ECANCELED);
+		assert_true(ev->cancelled);
+		if (ev->id == idb)
+			assert_int_equal(ev->results[1].status,
+					 FANOUT_COMPLETED);
+		fanout_event_free(ev);
+	}
+	struct fanout_event *ev = NULL;
+	assert_int_equal(fanout_poll(fanout_default_sink(e), &ev), -EAGAIN);
+	assert_true(fanout_pending_interrupted(pb));
+	assert_int_equal(fanout_complete(pa, NULL), -EALREADY);
+	assert_int_equal(fanout_complete(pb, &b->d[0].o), -EALREADY);
+	assert_int_equal(atomic_load(&r.calls), 1);
+	fanout_destroy(e);
+	mb_free(a);
+	mb_free(b);
+}
+
+/* ------------------------------------------------------------- capacity */
+
+/*
+ * With one worker, 50 children deferred to a completer thread hold no
+ * worker: a second delegation's synchronous children run meanwhile.
+ */
+static void deferred_child_holds_no_worker(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	struct fanout_sink *s2 = NULL;
+	struct mbatch *a = mb_new(50);
+	struct tbatch *b = tb_new(3);
+	struct dchild *order[50];
+	struct completer k = {0};
+	atomic_int gate = 0;
+
+	for (unsigned i = 0; i < 50; i++)
+		order[i] = &a->d[(i * 7) % 50];
+	k.ds = order;
+	k.n = 50;
+	k.gate = &gate;
+	pthread_t t = spawn(completer_thread, &k);
+	assert_int_equal(fanout_sink_create(e, &s2), 0);
+	b->b.sink = s2;
+	fanout_id ida = must_dispatch_b(e, &a->b);
+	fanout_id idb = must_dispatch(e, b);
+	struct fanout_event *evb = must_wait(s2);
+	assert_true(evb->id == idb);
+	check_all_completed(evb, b);
+	fanout_event_free(evb);
+	/* a's children are all still pending */
+	struct fanout_info info;
+	WAIT_INFO(e, ida, info, info.npending == 50);
+	assert_int_equal(info.status, FANOUT_RUNNING);
+	assert_int_equal(info.ndone, 0);
+	atomic_store(&gate, 1);
+	struct fanout_event *eva = must_wait(fanout_default_sink(e));
+	join(t);
+	assert_true(eva->id == ida);
+	check_shape(eva, 50);
+	assert_int_equal(eva->ncompleted, 50);
+	fanout_event_free(eva);
+	fanout_destroy(e);
+	mb_free(a);
+	tb_free(b);
+}
+
+/* max_children counts pending children. */
+#define MC_N 20
+#define MC_MAX 4
+#define MC_WORKERS 3
+
+struct mc_completer {
+	struct dq *q;
+	atomic_int *cur;
+	atomic_int *started;
+	int over;
+};
+
+static void *mc_thread(void *arg)
+{
+	struct mc_completer *m = arg;
+
+	for (int done = 0; done < MC_N; done++) {
+		int want = MC_N - done < MC_MAX ? MC_N - done : MC_MAX;
+
+		CHECK(wait_ge(m->cur, want, WAIT_MS));
+		/* a library that overcommits gets the chance to show it */
+		sleep_ms(2);
+		int st = atomic_load(m->started);
+		/* fanout.h: children already started when the first child
+		 * deferred (at most one per worker but the one that deferred
+		 * first) may defer beyond the limit */
+		if (st > done + MC_MAX + MC_WORKERS - 1 && !m->over++)
+			fprintf(stderr,
+				"max_children %d: %d children started, %d "
+				"completed, %d pending\n",
+				MC_MAX, st, done, atomic_load(m->cur));
+		struct dchild *d = dq_pop(m->q, WAIT_MS);
+		CHECK(d != NULL);
+		if (!d)
+			return NULL;
+		atomic_fetch_sub(m->cur, 1);
+		CHECK(fanout_complete(atomic_load(&d->p), &d->o) == 0);
+	}
+	return NULL;
+}
+
+static void max_children_counts_pending(void **state)
+{
+	/* three runners race the first defer of a fresh engine; several
+	 * rounds, since an overshoot needs a runner to be a little late */
+	for (int round = 0; round < 6; round++) {
+		struct fanout_engine *e =
+			NEW_ENGINE(.workers = MC_WORKERS, .max_children = MC_MAX,
+				   .flags = FANOUT_NO_PIN);
+		struct mbatch *mb = mb_new(MC_N);
+		atomic_int cur = 0, max = 0, started = 0;
+		struct dq q;
+
+		dq_init(&q, MC_N);
+		for (unsigned i = 0; i < MC_N; i++) {
+			mb->d[i].q = &q;
+			mb->d[i].cur = &cur;
+			mb->d[i].max = &max;
+			mb->d[i].started = &started;
+			mb->d[i].o.cost = 1.0;
+		}
+		struct mc_completer m = {&q, &cur, &started, 0};
+		pthread_t t = spawn(mc_thread, &m);
+		fanout_id id = must_dispatch_b(e, &mb->b);
+		struct fanout_event *ev = must_wait(fanout_default_sink(e));
+		join(t);
+		assert_true(ev->id == id);
+		check_shape(ev, MC_N);
+		assert_int_equal(ev->ncompleted, MC_N);
+		assert_float_equal(ev->cost, (double)MC_N, 1e-9);
+		fanout_event_free(ev);
+		if (m.over)
+			fail_msg("round %d: more than max_children = %d "
+				 "children started and not finished",
+				 round, MC_MAX);
+		assert_true(atomic_load(&max) <= MC_MAX + MC_WORKERS - 1);
+		assert_true(atomic_load(&max) >= MC_MAX); /* not vacuous */
+		assert_int_equal(atomic_load(&started), MC_N);
+		fanout_destroy(e);
+		dq_fini(&q);
+		mb_free(mb);
+	}
+}
+
+/* ------------------------------------------------------------- bad input */
+
+static void defer_bad_input(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(1);
+	struct fanout_info info;
+	char *big = malloc((16u << 20) + 2);
+
+	assert_non_null(big);
+	memset(big, 'b', (16u << 20) + 2);
+	errno = 0;
+	assert_null(fanout_defer(NULL));
+	assert_int_equal(errno, EINVAL);
+	assert_int_equal(fanout_complete(NULL, NULL), -EINVAL);
+
+	mb->d[0].check_after = true;
+	mb->d[0].pre_summary = "pre";
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_pending *p = dc_wait(&mb->d[0]);
+	assert_non_null(p);
+	/* inside the child, after deferring */
+	assert_int_equal(mb->d[0].after_summary_rc, -EINVAL);
+	assert_int_equal(mb->d[0].after_error_rc, -EINVAL);
+	assert_int_equal(mb->d[0].after_cost_rc, -EINVAL);
+	assert_true(mb->d[0].defer2_null);
+	assert_int_equal(mb->d[0].defer2_errno, EINVAL);
+
+	/* bad outcomes: -EINVAL, p not released, nothing changes */
+	struct fanout_outcome bad[] = {
+		{.code = -EINPROGRESS},
+		{.code = 0, .cost = NAN},
+		{.code = 0, .cost = -1.0},
+		{.code = 0, .cost = INFINITY},
+		{.code = -EIO, .cost = -INFINITY},
+		{.code = 0, .summary = NULL, .summary_len = 3},
+		{.code = 0, .summary = big, .summary_len = (16u << 20) + 1},
+	};
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		if (fanout_complete(p, &bad[i]) != -EINVAL)
+			fail_msg("bad outcome %u not refused", i);
+		assert_int_equal(fanout_lookup(e, id, &info), 0);
+		assert_int_equal(info.status, FANOUT_RUNNING);
+		assert_int_equal(info.npending, 1);
+		assert_int_equal(info.ndone, 0);
+	}
+	/* ABANDON only with INTERRUPT */
+	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_ABANDON), -EINVAL);
+	assert_int_equal(
+		fanout_cancel(e, id,
+			      FANOUT_CANCEL_PENDING | FANOUT_CANCEL_ABANDON),
+		-EINVAL);
+	assert_int_equal(fanout_lookup(e, id, &info), 0);
+	assert_false(info.cancelled);
+	assert_false(fanout_pending_interrupted(p));
+	assert_no_event(fanout_default_sink(e));
+
+	/* exactly 16 MiB is fine, and p is still usable */
+	struct fanout_outcome good = {.code = 0,
+				      .summary = big,
+				      .summary_len = 16u << 20,
+				      .cost = 1.5};
+	assert_int_equal(fanout_complete(p, &good), 0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	assert_non_null(ev->results[0].summary);
+	assert_int_equal(strlen(ev->results[0].summary), 16u << 20);
+	assert_float_equal(ev->results[0].cost, 1.5, 1e-9);
+	assert_false(ev->cancelled);
+	fanout_event_free(ev);
+	free(big);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/* --------------------------------------------------------------- lookup */
+
+static void npending_in_lookup(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(4);
+	struct fanout_info info;
+	atomic_int gate = 0;
+
+	mb_sync(mb, 3)->gate = &gate;
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	WAIT_INFO(e, id, info, info.npending == 3);
+	assert_int_equal(info.ndone, 0);
+	assert_int_equal(info.status, FANOUT_RUNNING);
+	assert_int_equal(dc_complete(&mb->d[1]), 0);
+	assert_int_equal(fanout_lookup(e, id, &info), 0);
+	assert_int_equal(info.npending, 2);
+	assert_int_equal(info.ndone, 1);
+	atomic_store(&gate, 1);
+	WAIT_INFO(e, id, info, info.ndone == 2);
+	assert_int_equal(info.npending, 2);
+	assert_int_equal(dc_complete(&mb->d[0]), 0);
+	assert_int_equal(fanout_lookup(e, id, &info), 0);
+	assert_int_equal(info.npending, 1);
+	assert_int_equal(info.status, FANOUT_RUNNING);
+	assert_int_equal(dc_complete(&mb->d[2]), 0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	assert_int_equal(fanout_lookup(e, id, &info), 0);
+	assert_int_equal(info.npending, 0);
+	assert_int_equal(info.ndone, 4);
+	assert_int_equal(info.status, FANOUT_COMPLETED);
+	fanout_event_free(ev);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/* ------------------------------------------------------------ fanout_run */
+
+static void run_with_deferred_children(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(5);
+	struct dchild *order[3] = {&mb->d[2], &mb->d[0], &mb->d[4]};
+	struct completer k = {.ds = order, .n = 3};
+	struct fanout_event *ev = NULL;
+
+	mb->d[1].inline_complete = true;
+	mb->d[1].o = (struct fanout_outcome){.summary = "in", .summary_len = 2};
+	mb_sync(mb, 3)->summary = "sync";
+	mb->d[0].o.code = -EIO;
+	mb->d[4].o =
+		(struct fanout_outcome){.summary = "late", .summary_len = 4};
+	pthread_t t = spawn(completer_thread, &k);
+	assert_int_equal(fanout_run(e, &mb->b, &ev), 0);
+	join(t);
+	assert_non_null(ev);
+	check_shape(ev, 5);
+	assert_int_equal(ev->results[0].status, FANOUT_ERROR);
+	assert_int_equal(ev->results[0].code, -EIO);
+	assert_string_equal(ev->results[1].summary, "in");
+	assert_int_equal(ev->results[2].status, FANOUT_COMPLETED);
+	assert_string_equal(ev->results[3].summary, "sync");
+	assert_string_equal(ev->results[4].summary, "late");
+	assert_int_equal(ev->ncompleted, 4);
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(k.rc[i], 0);
+	fanout_event_free(ev);
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/*
+ * A thread completing a deferred child runs a nested fanout_run on its
+ * behalf (batch.within): depth + 1, and the outcome uses its result.
+ */
+struct within_job {
+	struct fanout_engine *e;
+	struct dchild *d;
+	struct tbatch *inner;
+	int run_rc;
+	unsigned inner_completed;
+	int complete_rc;
+};
+
+static void *within_thread(void *arg)
+{
+	struct within_job *w = arg;
+	struct fanout_pending *p = dc_wait(w->d);
+	struct fanout_event *ev = NULL;
+	char buf[32];
+
+	if (!p)
+		return NULL;
+	w->inner->b.within = p;
+	w->run_rc = fanout_run(w->e, &w->inner->b, &ev);
+	if (w->run_rc == 0) {
+		w->inner_completed = ev->ncompleted;
+		fanout_event_free(ev);
+	}
+	snprintf(buf, sizeof(buf), "inner %u", w->inner_completed);
+	struct fanout_outcome o = {.summary = buf, .summary_len = strlen(buf)};
+	w->complete_rc = fanout_complete(p, &o);
+	return NULL;
+}
+
+static void nested_run_within_deferred(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(1);
+	struct within_job w = {.e = e, .d = &mb->d[0], .inner = tb_new(3)};
+
+	pthread_t t = spawn(within_thread, &w);
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	join(t);
+	assert_int_equal(w.run_rc, 0);
+	assert_int_equal(w.complete_rc, 0);
+	assert_true(ev->id == id);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	assert_string_equal(ev->results[0].summary, "inner 3");
+	for (unsigned i = 0; i < 3; i++) {
+		assert_int_equal(atomic_load(&w.inner->probes[i].runs), 1);
+		assert_int_equal(w.inner->probes[i].depth, 2);
+	}
+	fanout_event_free(ev);
+	fanout_destroy(e);
+	tb_free(w.inner);
+	mb_free(mb);
+}
+
+/* ------------------------------------------------------------- races */
+
+/*
+ * Completers racing a cancel with ABANDON: every fanout_complete returns 0
+ * or -EALREADY, and the event agrees with it child by child.
+ */
+struct race_completer {
+	struct mbatch *mb;
+	atomic_int *go;
+	int rc[4];
+};
+
+static void *race_completer_thread(void *arg)
+{
+	struct race_completer *rc = arg;
+
+	for (unsigned i = 0; i < 4; i++)
+		(void)dc_wait(&rc->mb->d[i]);
+	atomic_store(rc->go, 1);
+	for (unsigned i = 0; i < 4; i++)
+		rc->rc[i] = dc_complete(&rc->mb->d[i]);
+	return NULL;
+}
+
+static void complete_races_abandon(void **state)
+{
+	struct fanout_engine *e = eng2();
+	unsigned won = 0, lost = 0;
+
+	for (int k = 0; k < 300; k++) {
+		struct mbatch *mb = mb_new(4);
+		atomic_int go = 0;
+		struct race_completer rc = {.mb = mb, .go = &go};
+
+		for (unsigned i = 0; i < 4; i++)
+			mb->d[i].o = (struct fanout_outcome){
+				.code = 0, .summary = "c", .summary_len = 1};
+		pthread_t t = spawn(race_completer_thread, &rc);
+		fanout_id id = must_dispatch_b(e, &mb->b);
+		assert_true(wait_flag(&go, WAIT_MS));
+		if (k & 1)
+			sleep_us((unsigned)(k % 7) * 3);
+		int crc = fanout_cancel(
+			e, id, FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON);
+		assert_true(crc == 0 || crc == -EALREADY);
+		struct fanout_event *ev = must_wait(fanout_default_sink(e));
+		join(t);
+		assert_true(ev->id == id);
+		check_shape(ev, 4);
+		for (unsigned i = 0; i < 4; i++) {
+			const struct fanout_result *r = &ev->results[i];
+
+			if (rc.rc[i] == 0) {
+				assert_int_equal(r->status, FANOUT_COMPLETED);
+				assert_string_equal(r->summary, "c");
+				won++;
+			} else {
+				assert_int_equal(rc.rc[i], -EALREADY);
+				assert_true(crc == 0);
+				assert_int_equal(r->status, FANOUT_INTERRUPTED);
+				assert_int_equal(r->code, -ECANCELED);
+				assert_null(r->summary);
+				lost++;
+			}
+		}
+		fanout_event_free(ev);
+		mb_free(mb); /* every fn returned: all four deferred */
+	}
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+	print_message("complete vs abandon: %u completed, %u abandoned\n", won,
+		      lost);
+}
+
+/* A child that defers after the delegation was already abandoned. */
+static int defer_after_abandon_fn(struct fanout_child *c, void *arg)
+{
+	struct dchild *d = arg;
+	uint64_t end = mono_ms() + GATE_MS;
+
+	atomic_fetch_add(&d->runs, 1);
+	while (!fanout_interrupted(c) && mono_ms() < end)
+		sleep_us(50);
+	CHECK(fanout_interrupted(c));
+	errno = 0;
+	struct fanout_pending *p = fanout_defer(c);
+	d->defer2_null = p == NULL;
+	d->defer2_errno = errno;
+	atomic_store(&d->p, p);
+	atomic_store(&d->deferred, 1);
+	return p ? -EINPROGRESS : -ECANCELED;
+}
+
+static void defer_after_abandon(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct dchild d = {0};
+	struct fanout_task t = {"late", defer_after_abandon_fn, &d};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+
+	fanout_id id = must_dispatch_b(e, &b);
+	assert_true(wait_flag(&d.runs, WAIT_MS));
+	assert_int_equal(
+		fanout_cancel(e, id,
+			      FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON),
+		0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+	assert_true(wait_flag(&d.deferred, WAIT_MS));
+	struct fanout_pending *p = atomic_load(&d.p);
+	if (p) {
+		/* the abandon already finished it */
+		assert_true(fanout_pending_interrupted(p));
+		assert_int_equal(fanout_complete(p, NULL), -EALREADY);
+	} else {
+		assert_int_equal(d.defer2_errno, EINVAL);
+	}
+	fanout_event_free(ev);
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+}
+
+/* A sink with a pending child's delegation still to publish: -EBUSY. */
+static void sink_busy_while_pending(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct fanout_sink *s = NULL;
+	struct mbatch *mb = mb_new(1);
+
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	mb->b.sink = s;
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	assert_non_null(dc_wait(&mb->d[0]));
+	assert_int_equal(fanout_sink_destroy(s), -EBUSY);
+	assert_int_equal(dc_complete(&mb->d[0]), 0);
+	struct fanout_event *ev = must_wait(s);
+	assert_true(ev->id == id);
+	fanout_event_free(ev);
+	assert_int_equal(fanout_sink_destroy(s), 0);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/*
+ * 1000 children of one delegation completed by four threads at once:
+ * the join sees each exactly once (max_children 64 keeps resubmitting).
+ */
+static void wide_concurrent_completers(void **state)
+{
+	enum { N = 1000 };
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(N);
+	struct dq q;
+	atomic_int left = N;
+	struct popper pp[4];
+	pthread_t t[4];
+
+	dq_init(&q, N);
+	for (unsigned i = 0; i < N; i++) {
+		mb->d[i].q = &q;
+		mb->d[i].o = (struct fanout_outcome){
+			.code = i % 10 == 0 ? -EIO : 0, .cost = 0.5};
+	}
+	for (int j = 0; j < 4; j++) {
+		pp[j] = (struct popper){&q, &left, 0};
+		t[j] = spawn(popper_thread, &pp[j]);
+	}
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	for (int j = 0; j < 4; j++)
+		join(t[j]);
+	assert_true(ev->id == id);
+	check_shape(ev, N);
+	assert_int_equal(ev->ncompleted, N - N / 10);
+	assert_int_equal(ev->nerror, N / 10);
+	assert_float_equal(ev->cost, N * 0.5, 1e-6);
+	for (int j = 0; j < 4; j++)
+		assert_int_equal(pp[j].bad, 0);
+	fanout_event_free(ev);
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+	for (unsigned i = 0; i < N; i++)
+		assert_int_equal(atomic_load(&mb->d[i].runs), 1);
+	dq_fini(&q);
+	mb_free(mb);
+}
+
+/* A helping fanout_wait (FANOUT_WAIT_HELPS) next to deferred children. */
+static void wait_helps_with_deferred(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1,
+			   .flags = FANOUT_NO_PIN | FANOUT_WAIT_HELPS);
+	struct mbatch *mb = mb_new(40);
+	struct dq q;
+	atomic_int left = 30;
+	struct popper pp = {&q, &left, 0};
+
+	dq_init(&q, 40);
+	for (unsigned i = 0; i < 40; i++) {
+		if (i % 4 == 3)
+			mb_sync(mb, i)->summary = "sync";
+		else
+			mb->d[i].q = &q;
+	}
+	pthread_t t = spawn(popper_thread, &pp);
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	join(t);
+	assert_true(ev->id == id);
+	check_shape(ev, 40);
+	assert_int_equal(ev->ncompleted, 40);
+	assert_int_equal(pp.bad, 0);
+	fanout_event_free(ev);
+	fanout_destroy(e);
+	for (unsigned i = 0; i < 40; i++)
+		assert_int_equal(i % 4 == 3 ? atomic_load(&mb->pr[i].runs) :
+					      atomic_load(&mb->d[i].runs),
+				 1);
+	dq_fini(&q);
+	mb_free(mb);
+}
+
+/* on_cancel callbacks that cancel again (re-entrant) and complete. */
+struct reenter {
+	struct fanout_engine *e;
+	fanout_id id;
+	atomic_int calls;
+	int cancel_rc;
+	int complete_rc;
+};
+
+static void cb_cancel_again(struct fanout_pending *p, void *arg)
+{
+	struct reenter *r = arg;
+
+	atomic_fetch_add(&r->calls, 1);
+	r->cancel_rc = fanout_cancel(
+		r->e, r->id, FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON);
+}
+
+static void cb_complete_self(struct fanout_pending *p, void *arg)
+{
+	struct reenter *r = arg;
+
+	atomic_fetch_add(&r->calls, 1);
+	r->complete_rc = fanout_complete(p, NULL);
+}
+
+static void on_cancel_reentrant(void **state)
+{
+	struct fanout_engine *e = eng2();
+
+	for (int k = 0; k < 50; k++) {
+		struct mbatch *mb = mb_new(3);
+		struct reenter r0 = {.e = e}, r1 = {.e = e}, r2 = {.e = e};
+
+		mb->d[0].on_cancel = cb_cancel_again;
+		mb->d[0].on_cancel_arg = &r0;
+		mb->d[1].on_cancel = cb_complete_self;
+		mb->d[1].on_cancel_arg = &r1;
+		mb->d[2].on_cancel = cb_complete_self;
+		mb->d[2].on_cancel_arg = &r2;
+		/* the callbacks read r.id: set it before any can run */
+		fanout_id id = 0;
+		assert_int_equal(fanout_dispatch(e, &mb->b, &id), 0);
+		r0.id = id;
+		for (unsigned i = 0; i < 3; i++)
+			assert_non_null(dc_wait(&mb->d[i]));
+		assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT),
+				 0);
+		struct fanout_event *ev = must_wait(fanout_default_sink(e));
+		assert_true(ev->id == id);
+		check_shape(ev, 3);
+		assert_int_equal(atomic_load(&r0.calls), 1);
+		assert_true(r0.cancel_rc == 0 || r0.cancel_rc == -EALREADY);
+		assert_true(atomic_load(&r1.calls) <= 1);
+		assert_true(atomic_load(&r2.calls) <= 1);
+		struct reenter *rs[2] = {&r1, &r2};
+		for (unsigned i = 1; i < 3; i++) {
+			struct reenter *r = rs[i - 1];
+
+			if (atomic_load(&r->calls) && r->complete_rc == 0) {
+				assert_int_equal(ev->results[i].status,
+						 FANOUT_COMPLETED);
+			} else {
+				if (atomic_load(&r->calls))
+					assert_int_equal(r->complete_rc,
+							 -EALREADY);
+				else
+					assert_int_equal(
+						fanout_complete(
+							atomic_load(
+								&mb->d[i].p),
+							NULL),
+						-EALREADY);
+				assert_int_equal(ev->results[i].status,
+						 FANOUT_INTERRUPTED);
+			}
+		}
+		/* child 0 was abandoned by its own callback's cancel */
+		assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+		assert_int_equal(
+			fanout_complete(atomic_load(&mb->d[0].p), NULL),
+			-EALREADY);
+		fanout_event_free(ev);
+		mb_free(mb);
+	}
+	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		TC(defer_completed_by_other_thread),
+		TC(defer_complete_inside_fn),
+		TC(defer_complete_from_on_cancel),
+		TC(defer_complete_from_on_cancel_abandon),
+		TC(defer_outcome_replaces),
+		TC(defer_strings_copied),
+		TC(defer_duration_covers_wait),
+		TC(defer_mixed_status_rules),
+		TC(defer_many_exactly_once),
+		TC(abandon_then_complete_ealready),
+		TC(abandon_complete_after_prune),
+		TC(abandon_complete_after_destroy),
+		TC(on_cancel_once_on_interrupter),
+		TC(on_cancel_at_once_if_interrupted),
+		TC(on_cancel_not_for_finished_child),
+		TC(on_cancel_ebusy_einval),
+		TC(pending_accessors),
+		TC(cancel_modes_and_pending_children),
+		TC(shutdown_abandons_pending),
+		TC(deferred_child_holds_no_worker),
+		TC(max_children_counts_pending),
+		TC(defer_bad_input),
+		TC(npending_in_lookup),
+		TC(run_with_deferred_children),
+		TC(nested_run_within_deferred),
+		TC(complete_races_abandon),
+		TC(defer_after_abandon),
+		TC(sink_busy_while_pending),
+		TC(wide_concurrent_completers),
+		TC(wait_helps_with_deferred),
+		TC(on_cancel_reentrant),
+	};
+	tc_filters();
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
