@@ -5,6 +5,14 @@
 #   asan   AddressSanitizer + UndefinedBehaviorSanitizer, system malloc
 #   tsan   ThreadSanitizer, system malloc, TSan annotations compiled in
 # (sanitizers replace malloc, so their builds do not use jemalloc).
+#
+# libfanout.a carries its own private copy of jemalloc (Debian's
+# libjemalloc_pic.a, linked into the archive's one object, every symbol
+# but the fanout_* API made local): it serves fanout's blocks only and the
+# program keeps its own malloc.  libfanout.so is built from separate
+# objects (build/plain/obj-pic/) with global-dynamic thread-locals and the
+# system allocator, so that it loads with dlopen: jemalloc's 2.6 KB of
+# initial-exec TLS cannot (README, "Loading with dlopen").
 
 PREFIX     ?= /usr/local
 DESTDIR    ?=
@@ -16,14 +24,18 @@ LDFLAGS    ?=
 fanout_version_part = $(shell sed -n 's/^\#define FANOUT_VERSION_$(1) *//p' include/fanout.h)
 VERSION    := $(call fanout_version_part,MAJOR).$(call fanout_version_part,MINOR).$(call fanout_version_part,PATCH)
 
-DEP_LIBS   := -lurcu-bp -lurcu-cds -lurcu-common -lck -lpthread
+DEP_LIBS   := -lurcu-bp -lurcu-cds -lurcu-common -lck -lpthread -lm
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -g -fPIC -fvisibility=hidden \
 	-Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
 	-Iinclude -Iqueue -Ilib
 EXTRA_CFLAGS ?=
 
 CFLAGS_plain := -O2 -DFANOUT_JEMALLOC
-LIBS_plain   := -ljemalloc
+LIBS_plain   :=
+# Linked privately into build/plain/libfanout.a (see above).
+BUNDLE_plain  = $(shell $(CC) -print-file-name=libjemalloc_pic.a)
+# The shared library's objects: plain's flags minus jemalloc.
+CFLAGS_pic   := -O2 -DFQ_TLS_GLOBAL_DYNAMIC
 CFLAGS_asan  := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
 	-fno-sanitize-recover=undefined -DFANOUT_NO_LGPL
 LIBS_asan    := -fsanitize=address,undefined
@@ -36,6 +48,7 @@ LIB_SRC   := $(sort $(wildcard queue/*.c lib/*.c))
 # which only build/<variant>/libfanout.a, the archive the tests link, has.
 DIST_SRC  := $(filter-out lib/testing.c,$(LIB_SRC))
 DIST_OBJ  := $(patsubst %.c,build/plain/obj/%.o,$(DIST_SRC))
+DIST_PIC_OBJ := $(patsubst %.c,build/plain/obj-pic/%.o,$(DIST_SRC))
 LIB_HDR   := $(wildcard include/*.h queue/*.h lib/*.h)
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_NAMES := $(patsubst tests/%.c,%,$(TEST_SRC))
@@ -49,6 +62,7 @@ TEST_LIBS_test_format := -ljansson
 TEST_TIMEOUT ?= 300
 
 .PHONY: all run test deps clean install uninstall check-install check-probes bench \
+	test-dlopen python-test \
 	$(addprefix test-,$(VARIANTS)) $(addprefix lib-,$(VARIANTS))
 
 all: build/plain/libfanout.a build/plain/libfanout.so build/plain/dist/libfanout.a
@@ -66,13 +80,15 @@ build/$(1)/obj/%.o: %.c $(LIB_HDR) | $(DEPS_FIRST)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(BASE_CFLAGS) $$(CFLAGS_$(1)) $$(EXTRA_CFLAGS) -c $$< -o $$@
 
-# One relocatable object, with every hidden (internal) symbol made local:
-# only the public fanout_* API (and, in this archive, the fanout_test_*
-# hooks the tests use) stays global.
+# One relocatable object, with every other symbol made local: only the
+# public fanout_* API (and, in this archive, the fanout_test_* hooks the
+# tests use) stays global - the bundled jemalloc's malloc, free,
+# mallocx... included: they serve fanout alone.
 build/$(1)/libfanout.a: $(patsubst %.c,build/$(1)/obj/%.o,$(LIB_SRC))
 	@mkdir -p $$(dir $$@)
-	ld -r -o build/$(1)/fanout-all.o $$^
-	objcopy --localize-hidden build/$(1)/fanout-all.o
+	ld -r -o build/$(1)/fanout-all.o $$^ $$(BUNDLE_$(1))
+	objcopy --localize-hidden --wildcard --keep-global-symbol='fanout_*' \
+		build/$(1)/fanout-all.o
 	rm -f $$@ && ar rcs $$@ build/$(1)/fanout-all.o
 
 lib-$(1): build/$(1)/libfanout.a
@@ -91,8 +107,9 @@ $(foreach v,$(VARIANTS),$(eval $(call variant_rules,$(v))))
 # The installed archive: the same, without the test hooks.
 build/plain/dist/libfanout.a: $(DIST_OBJ)
 	@mkdir -p $(dir $@)
-	ld -r -o build/plain/dist/fanout-all.o $^
-	objcopy --localize-hidden build/plain/dist/fanout-all.o
+	ld -r -o build/plain/dist/fanout-all.o $^ $(BUNDLE_plain)
+	objcopy --localize-hidden --wildcard --keep-global-symbol='fanout_*' \
+		build/plain/dist/fanout-all.o
 	rm -f $@ && ar rcs $@ build/plain/dist/fanout-all.o
 
 # Exports exactly the FANOUT_API functions of include/fanout.h.
@@ -100,10 +117,32 @@ build/fanout.map: include/fanout.h scripts/public-symbols.sh
 	@mkdir -p $(dir $@)
 	sh scripts/public-symbols.sh --map include/fanout.h > $@
 
-build/plain/libfanout.so: $(DIST_OBJ) build/fanout.map
-	$(CC) -shared -Wl,-soname,libfanout.so.0 \
-		-Wl,--version-script=build/fanout.map -o $@ $(DIST_OBJ) \
-		$(LDFLAGS) $(DEP_LIBS) -ljemalloc
+build/plain/obj-pic/%.o: %.c $(LIB_HDR) | $(DEPS_FIRST)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) $(CFLAGS_pic) $(EXTRA_CFLAGS) -c $< -o $@
+
+# No jemalloc and no initial-exec TLS: it must load with dlopen (Python,
+# ctypes, plugins) and leave the host's malloc alone.
+build/plain/libfanout.so: $(DIST_PIC_OBJ) build/fanout.map
+	$(CC) -shared -Wl,-soname,libfanout.so.0 -Wl,-z,defs \
+		-Wl,--version-script=build/fanout.map -o $@ $(DIST_PIC_OBJ) \
+		$(LDFLAGS) $(DEP_LIBS)
+
+# libfanout.so dlopen()ed by a program that does not link fanout.
+build/plain/tests/dlopen_host: tests/dlopen_host.c include/fanout.h | $(DEPS_FIRST)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) -O2 $< -o $@ -lcmocka -lpthread -ldl
+
+test-dlopen: build/plain/tests/dlopen_host build/plain/libfanout.so
+	build/plain/tests/dlopen_host build/plain/libfanout.so
+
+# The Python package (python/): pip install ./python into a throwaway venv,
+# offline, then its unittest suite.  PYTHON=... picks the interpreter.
+PY_DEPS := python3 python3-dev python3-cffi python3-venv python3-pip \
+	python3-setuptools
+python-test: deps
+	@sh scripts/deps.sh $(PY_DEPS)
+	@sh scripts/python-test.sh $(PYTHON)
 
 # -------------------------------------------------------------------- bench
 # bench/bench.mk defines `run` (the main job) and `bench` (longer sweeps).
@@ -122,11 +161,13 @@ test: deps
 	$(MAKE) --no-print-directory test-plain
 	$(MAKE) --no-print-directory check-install
 	$(MAKE) --no-print-directory check-probes
+	$(MAKE) --no-print-directory test-dlopen
+	$(MAKE) --no-print-directory python-test
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-tsan
 	$(if $(strip $(EXTRA_TESTS)),$(MAKE) --no-print-directory $(EXTRA_TESTS))
-	@echo "make test: all suites passed (plain, asan+ubsan, tsan, install, probes, torture, examples)"
-	@cat $(addsuffix /test-counts,$(addprefix build/,$(VARIANTS))) | \
+	@echo "make test: all suites passed (plain, asan+ubsan, tsan, install, probes, dlopen, python, torture, examples)"
+	@cat $(addsuffix /test-counts,$(addprefix build/,$(VARIANTS) python)) | \
 		awk '{p += $$1; f += $$2} END {printf "tests: %d passed, %d failed\n", p, f}'
 
 # Install into a scratch DESTDIR and build programs against it as a user

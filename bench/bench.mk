@@ -5,6 +5,8 @@
 #                     stdout, plots in bench/out/, bench/RESULTS.md
 #   make bench        the same with longer sweeps (--long)
 #   make bench-quick  fanout alone: orchestrator load, batch sweep, latency
+#   make python-bench the Python package: 40 x 100 ms children vs asyncio
+#                     and ThreadPoolExecutor, 10k no-op children, the example
 #   BENCH_ARGS=...    extra options, e.g. BENCH_ARGS="--json --only latency"
 #
 # The peers come from Debian packages, installed by scripts/deps.sh.
@@ -23,7 +25,7 @@ BENCH_PKG_CFLAGS = $(shell pkg-config --cflags libuv glib-2.0 2>/dev/null)
 BENCH_PKG_LIBS = $(shell pkg-config --libs libuv glib-2.0 tbb 2>/dev/null || \
 	echo -luv -lglib-2.0 -ltbb)
 
-.PHONY: bench-deps bench-quick
+.PHONY: bench-deps bench-quick python-bench
 
 bench-deps:
 	@sh scripts/deps.sh $(BENCH_DEPS)
@@ -47,6 +49,11 @@ $(BENCH_BIN): $(BENCH_OBJS) build/plain/libfanout.a
 
 run: deps bench-deps $(BENCH_BIN)
 	$(BENCH_BIN) $(BENCH_ARGS)
+	@sh scripts/deps.sh $(PY_DEPS) && sh scripts/python-run.sh
+
+# The Python package's asyncio figures and examples/orchestrator.py alone.
+python-bench: deps
+	@sh scripts/deps.sh $(PY_DEPS) && sh scripts/python-run.sh
 
 bench: deps bench-deps $(BENCH_BIN)
 	$(BENCH_BIN) --long $(BENCH_ARGS)

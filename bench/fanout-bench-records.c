@@ -10,14 +10,16 @@
  * the records made, or the bench aborts.
  *
  * ALLOCATIONS: jemalloc's experimental hooks count every allocation and
- * deallocation made through jemalloc (malloc, mallocx, calloc, realloc, ...)
- * by any thread while a fixed number of delegations run; the counts are
- * split between the calling thread (dispatch + consume) and all others.
+ * deallocation made through the library's private jemalloc (installed
+ * with fanout_test_mallctl(): the program's own malloc is another
+ * allocator) by any thread while a fixed number of delegations run; the
+ * counts are split between the calling thread (dispatch + consume) and all
+ * others.  Bytes are the sizes asked for.
  */
 #include "bench-fanout.h"
+#include <fanout_testing.h>
 
 #include <errno.h>
-#include <jemalloc/jemalloc.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,12 +195,31 @@ static __thread bool is_caller;
 static _Atomic uint64_t n_alloc_caller, n_alloc_other, n_free_caller,
 	n_free_other, bytes_caller, bytes_other;
 
+/* The size asked for, from the arguments of the jemalloc call (enum
+ * hook_alloc_e): the pointer belongs to the library's jemalloc, so the
+ * program's malloc_usable_size() cannot be asked. */
+static size_t requested_size(int type, const uintptr_t args[3])
+{
+	switch (type) {
+	case 0: /* malloc */
+	case 5: /* valloc */
+	case 6: /* mallocx */
+		return args[0];
+	case 1: /* posix_memalign */
+		return args[2];
+	case 3: /* calloc */
+		return args[0] * args[1];
+	default: /* aligned_alloc, memalign, rallocx, realloc */
+		return args[1];
+	}
+}
+
 static void hook_alloc(void *extra, int type, void *result, uintptr_t raw,
 		       uintptr_t args[3])
 {
 	if (!result)
 		return;
-	size_t sz = malloc_usable_size(result);
+	size_t sz = requested_size(type, args);
 	if (is_caller) {
 		atomic_fetch_add_explicit(&n_alloc_caller, 1,
 					  memory_order_relaxed);
@@ -298,16 +319,16 @@ void bench_allocs(void)
 		atomic_store(&n_free_other, 0);
 		atomic_store(&bytes_caller, 0);
 		atomic_store(&bytes_other, 0);
-		if (mallctl("experimental.hooks.install", &handle, &hsz, &h,
-			    sizeof(h))) {
+		if (fanout_test_mallctl("experimental.hooks.install", &handle,
+					&hsz, &h, sizeof(h))) {
 			fprintf(o, "  jemalloc hooks unavailable; skipped\n");
 			break;
 		}
 		alloc_run(e, c, k, tasks);
 		/* Let deferred frees (RCU callbacks) of these records happen. */
 		bench_sleep_ns(50000000);
-		mallctl("experimental.hooks.remove", NULL, NULL, &handle,
-			sizeof(handle));
+		fanout_test_mallctl("experimental.hooks.remove", NULL, NULL,
+				    &handle, sizeof(handle));
 		double ac = (double)atomic_load(&n_alloc_caller) / k;
 		double fc = (double)atomic_load(&n_free_caller) / k;
 		double ao = (double)atomic_load(&n_alloc_other) / k;

@@ -49,6 +49,18 @@ FANOUT_API void fanout_test_quiesce(void);
 FANOUT_API int fanout_test_block_cache(struct fanout_engine *e, size_t *bytes,
 				       uint64_t *hits);
 
+/**
+ * fanout_test_mallctl() - jemalloc's mallctl(), on the library's own copy.
+ *
+ * libfanout.a carries a private jemalloc that serves fanout's blocks only;
+ * the program's mallctl() (if it links jemalloc itself) reaches the other
+ * one.  The bench counts the library's allocations through this.
+ * Return: mallctl()'s result (0 or a positive errno); ENOSYS in builds
+ * without jemalloc (sanitizers, libfanout.so).
+ */
+FANOUT_API int fanout_test_mallctl(const char *name, void *oldp,
+				   size_t *oldlenp, void *newp, size_t newlen);
+
 #ifdef __cplusplus
 }
 #endif

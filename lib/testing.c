@@ -40,6 +40,12 @@ void fanout_test_quiesce(void)
 	rcu_barrier();
 }
 
+int fanout_test_mallctl(const char *name, void *oldp, size_t *oldlenp,
+			void *newp, size_t newlen)
+{
+	return fanout__mallctl(name, oldp, oldlenp, newp, newlen);
+}
+
 int fanout_test_block_cache(struct fanout_engine *e, size_t *bytes,
 			    uint64_t *hits)
 {

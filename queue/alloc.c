@@ -31,6 +31,7 @@
  */
 #include "alloc.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 #ifdef FANOUT_JEMALLOC
@@ -111,6 +112,17 @@ void fanout__free_small(void *p, size_t size)
 #else
 	(void)size;
 	free(p);
+#endif
+}
+
+int fanout__mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp,
+		    size_t newlen)
+{
+#ifdef FANOUT_JEMALLOC
+	return mallctl(name, oldp, oldlenp, newp, newlen);
+#else
+	(void)name, (void)oldp, (void)oldlenp, (void)newp, (void)newlen;
+	return ENOSYS;
 #endif
 }
 

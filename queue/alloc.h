@@ -45,6 +45,9 @@ void fa_cache_drain(struct fa_cache *c);
 /* Natural alignment, for strings. */
 void *fanout__alloc_small(size_t size);
 void fanout__free_small(void *p, size_t size);
+/* mallctl() of the allocator above; ENOSYS without jemalloc. */
+int fanout__mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp,
+		    size_t newlen);
 /* Fault injection: when > 0, the allocation that takes it to 0 fails. */
 extern _Atomic long fanout__fail_alloc_at;
 

@@ -63,7 +63,9 @@ dups=$($pc --static --libs fanout | tr ' ' '\n' | grep . | LC_ALL=C sort | uniq 
 
 cat > "$tmp/app.c" <<'APP'
 #include <fanout.h>
+#include <malloc.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 static int child(struct fanout_child *c, void *arg)
 {
@@ -85,6 +87,16 @@ int main(void)
 	if (fanout_create(NULL, &e) || fanout_run(e, &b, &ev))
 		return 1;
 	int ok = ev->status == FANOUT_COMPLETED && ev->nresults == 3;
+	/* Linking fanout leaves the program's malloc alone: glibc's counts
+	 * this block (libfanout.a's jemalloc is private to the library). */
+	struct mallinfo2 before = mallinfo2();
+	void *volatile p = malloc(100000);
+	if (!p || mallinfo2().uordblks + mallinfo2().hblkhd <
+			  before.uordblks + before.hblkhd + 100000) {
+		puts("the program's malloc is not glibc's");
+		ok = 0;
+	}
+	free(p);
 	fanout_event_free(ev);
 	fanout_destroy(e);
 	puts(ok ? "installed fanout links and runs" : "wrong event");
@@ -92,7 +104,7 @@ int main(void)
 }
 APP
 
-# 1. Static.  -lm: Debian's jemalloc.pc omits what libjemalloc.a needs.
+# 1. Static.  -lm: jemalloc (inside libfanout.a) needs it.
 cc -static "$tmp/app.c" -o "$tmp/app-static" \
 	$($pc --cflags --libs --static fanout) -lm
 readelf -d "$tmp/app-static" 2>/dev/null | grep -q NEEDED &&

@@ -7,6 +7,8 @@ set -u
 # gdb: tests/check-probes.sh fires them in a real run.
 # libnats-dev, nats-server: remote/ (libfanout-nats and its tests).
 need="liburcu-dev libck-dev libjemalloc-dev libcmocka-dev libjansson-dev pkg-config gcc make libc6-dev systemtap-sdt-dev gdb libnats-dev nats-server"
+# The Python package (python/, make python-test): cffi, headers, a venv.
+need="$need python3 python3-dev python3-cffi python3-venv python3-pip python3-setuptools"
 missing=""
 for p in $need "$@"; do
 	if ! dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'install ok installed'; then

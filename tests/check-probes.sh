@@ -129,7 +129,7 @@ int main(void)
 }
 PROG
 cc -g -Iinclude "$tmp/p.c" -o "$tmp/p" build/plain/dist/libfanout.a \
-	-lurcu-bp -lurcu-cds -lurcu-common -lck -lpthread -ljemalloc
+	-lurcu-bp -lurcu-cds -lurcu-common -lck -lpthread -lm
 cat > "$tmp/g.gdb" <<'GDB'
 set pagination off
 set confirm off

@@ -1,0 +1,1062 @@
+# SPDX-License-Identifier: MIT
+"""fanout for asyncio: dispatch a batch of children, get ONE event back.
+
+    import asyncio, fanout
+
+    async def research(topic):
+        await asyncio.sleep(0.1)          # an LLM call, a tool, ...
+        return f"notes on {topic}"
+
+    async def main():
+        async with fanout.Engine(workers=2) as eng:
+            ev = await eng.gather([fanout.Task(t, research, t)
+                                   for t in ("caches", "queues", "locks")])
+            print(ev.format())            # TASK 1/3: caches (status=...) ...
+
+    asyncio.run(main())
+
+Children:
+  - an `async def` runs on the engine's event loop, as a deferred child of
+    the C library: it holds no worker while it awaits, asyncio
+    cancellation means "interrupted", and an interrupt from fanout
+    (cancel, deadline, join policy, session cancel, leaving `async with`)
+    cancels the coroutine;
+  - a plain function runs in a thread of the engine's pool, also as a
+    deferred child (poll fanout.current().interrupted in long ones);
+  - a C child (fanout.c_child(library, symbol), or fanout.builtin(name))
+    runs on the workers, without the GIL.
+No Python code runs on a fanout worker thread: a Python child is, to the
+library, a small C function that defers itself and hands the pending child
+to the loop through an eventfd (see _glue.c).  Completion events wake the
+loop through the sink's eventfd (loop.add_reader), never by polling.
+"""
+import asyncio
+import concurrent.futures
+import contextvars
+import errno as _errno
+import inspect
+import math
+import os
+import weakref
+
+from ._fanout import ffi, lib
+
+__all__ = [
+    "Engine", "Task", "Event", "Result", "Handle", "Sink", "Info",
+    "BusyError", "current", "c_child", "builtin", "HAVE_DEFERRED",
+]
+
+HAVE_DEFERRED = bool(lib.PYFO_HAVE_DEFER)
+_HAVE_V02 = bool(lib.PYFO_HAVE_V02_BATCH)
+
+_STATUS = {
+    lib.FANOUT_PENDING: "pending",
+    lib.FANOUT_RUNNING: "running",
+    lib.FANOUT_COMPLETED: "completed",
+    lib.FANOUT_ERROR: "error",
+    lib.FANOUT_INTERRUPTED: "interrupted",
+}
+
+if _HAVE_V02:
+    _JOIN = {
+        "all": lib.FANOUT_JOIN_ALL,
+        "first_error": lib.FANOUT_JOIN_FIRST_ERROR,
+        "any": lib.FANOUT_JOIN_ANY,
+        "quorum": lib.FANOUT_JOIN_QUORUM,
+    }
+    _ABANDON = lib.FANOUT_CANCEL_ABANDON
+else:
+    _JOIN = {"all": 0}
+    _ABANDON = 0
+
+_TAKE_CAP = 256
+
+
+class BusyError(OSError):
+    """A refusal at capacity (errno EBUSY); the message names the limit."""
+
+    def __init__(self, message):
+        super().__init__(_errno.EBUSY, message)
+
+
+def _error(rc, engine=None):
+    """The exception for a negative errno from the library."""
+    msg = None
+    if engine is not None and engine._e is not None:
+        n = lib.fanout_describe_error(engine._e, rc, ffi.NULL, 0)
+        if n > 0:
+            buf = ffi.new("char[]", n + 1)
+            lib.fanout_describe_error(engine._e, rc, buf, n + 1)
+            msg = ffi.string(buf).decode("utf-8", "replace")
+    if msg is None:
+        msg = ffi.string(lib.fanout_strerror(rc)).decode("utf-8", "replace")
+    if -rc == _errno.EBUSY:
+        return BusyError(msg)
+    return OSError(-rc, msg)
+
+
+def _fmt_id(i):
+    return "deleg_%016x" % i
+
+
+def _parse_id(id):
+    if isinstance(id, int):
+        return id
+    if isinstance(id, Handle):
+        return id._id
+    if isinstance(id, str) and id.startswith("deleg_"):
+        return int(id[6:], 16)
+    raise ValueError(f"not a delegation id: {id!r}")
+
+
+def _flag(cev, name):
+    """A bool field of the v0.2 event (False without it)."""
+    if not HAVE_DEFERRED:
+        return False
+    try:
+        return bool(getattr(cev, name))
+    except ValueError:  # a library older than its header left it unset
+        return False
+
+
+def _s(p):
+    return None if p == ffi.NULL else ffi.string(p).decode("utf-8", "replace")
+
+
+# ------------------------------------------------------------------ children
+
+class CChild:
+    """A C child (a fanout_fn) that runs on the workers, without the GIL.
+
+    Made by c_child() or builtin(); Task(goal, cchild, arg) passes arg as
+    its `void *arg`: None (NULL), an int (an address), bytes/bytearray (a
+    buffer kept alive until the event is in), or a cffi pointer.
+    """
+
+    def __init__(self, fnptr, name, keep=None):
+        self._fn = ffi.cast("fanout_fn", fnptr)
+        self.name = name
+        self._keep = keep
+
+    def __repr__(self):
+        return f"<fanout.CChild {self.name}>"
+
+
+_dl_handles = {}
+
+
+def c_child(library, symbol):
+    """The C child `symbol` (int symbol(struct fanout_child *, void *)) from
+    the shared library at path `library` (dlopen, RTLD_NOW | RTLD_LOCAL).
+    The library may call fanout_* functions of the running child only if it
+    links the same fanout as this package: use libfanout.so's symbols only
+    for what the child is given."""
+    h = _dl_handles.get(library)
+    if h is None:
+        h = lib.dlopen(os.fsencode(library), lib.RTLD_NOW | lib.RTLD_LOCAL)
+        if h == ffi.NULL:
+            raise OSError(_errno.ENOENT, _s(lib.dlerror()) or library)
+        _dl_handles[library] = h
+    p = lib.dlsym(h, symbol.encode())
+    if p == ffi.NULL:
+        raise OSError(_errno.ENOENT, _s(lib.dlerror()) or symbol)
+    return CChild(p, f"{library}:{symbol}")
+
+
+# (ffi.addressof: a function pointer with every cffi version)
+_BUILTIN = {
+    "noop": "pyfo_child_noop",    # arg: None
+    "spin": "pyfo_child_spin",    # arg: nanoseconds(ns): busy-wait
+    "sleep": "pyfo_child_sleep",  # arg: nanoseconds(ns): sleep, 1 ms steps
+    "tick": "pyfo_child_tick",    # arg: Counter(): bump until stopped
+}
+_DEFER_FN = ffi.cast("fanout_fn", ffi.addressof(lib, "pyfo_defer_child"))
+
+
+def builtin(name):
+    """A C child compiled into this package: "noop", "spin", "sleep" (arg:
+    fanout.nanoseconds(ns)) or "tick" (arg: a fanout.Counter)."""
+    return CChild(ffi.addressof(lib, _BUILTIN[name]), name)
+
+
+def nanoseconds(ns):
+    """The argument of builtin("spin") and builtin("sleep")."""
+    return ffi.new("uint64_t *", int(ns))
+
+
+class Counter:
+    """Two uint64 words a builtin("tick") child bumps / stops on, read
+    without the GIL on the C side."""
+
+    def __init__(self):
+        self._mem = ffi.new("uint64_t[2]")
+
+    @property
+    def value(self):
+        return lib.pyfo_load(self._mem)
+
+    def stop(self):
+        lib.pyfo_store(self._mem + 1, 1)
+
+    def _arg(self):
+        return self._mem
+
+
+class Task:
+    """One child: Task(goal, fn, *args).
+
+    fn is an `async def` (awaited on the engine's loop), a plain function
+    (called in a thread) or a CChild (run on the workers, with at most one
+    argument).  The child's return value, as str, is its summary (None: no
+    summary); an exception makes it an error, with the exception's text.
+    """
+
+    __slots__ = ("goal", "fn", "args", "kind", "_cgoal")
+
+    def __init__(self, goal, fn, *args):
+        self.goal = str(goal)
+        self._cgoal = None  # the goal as a C string, made once
+        self.fn = fn
+        self.args = args
+        if isinstance(fn, CChild):
+            if len(args) > 1:
+                raise TypeError("a C child takes at most one argument")
+            self.kind = "c"
+        elif inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+                getattr(fn, "func", None)):
+            self.kind = "async"
+        elif callable(fn):
+            self.kind = "thread"
+        else:
+            raise TypeError(f"a Task needs a callable, got {fn!r}")
+
+    def __repr__(self):
+        return f"<fanout.Task {self.goal!r} ({self.kind})>"
+
+
+class ChildContext:
+    """fanout.current() inside a Python child."""
+
+    __slots__ = ("_child",)
+
+    def __init__(self, child):
+        self._child = child
+
+    @property
+    def index(self):
+        return self._child.index
+
+    @property
+    def id(self):
+        return _fmt_id(self._child.id)
+
+    @property
+    def goal(self):
+        return self._child.batch.tasks[self._child.index].goal
+
+    @property
+    def engine(self):
+        return self._child.engine
+
+    @property
+    def interrupted(self):
+        """True once fanout interrupted the delegation (cancel, deadline,
+        join policy, session cancel, shutdown)."""
+        c = self._child
+        return c.interrupted or (not c.done and
+                                 bool(lib.fanout_pending_interrupted(c.p)))
+
+    def add_cost(self, x):
+        x = float(x)
+        if not math.isfinite(x) or x < 0:
+            raise ValueError("cost must be finite and >= 0")
+        self._child.cost += x
+
+
+_current = contextvars.ContextVar("fanout_current", default=None)
+
+
+def current():
+    """The ChildContext of the Python child running here, or None."""
+    return _current.get()
+
+
+class _PyChild:
+    __slots__ = ("engine", "p", "id", "index", "batch", "task", "cost",
+                 "done", "interrupted", "kind", "__weakref__")
+
+    def __init__(self, engine, p, id, index, batch):
+        self.engine = engine
+        self.p = p
+        self.id = id
+        self.index = index
+        self.batch = batch
+        self.task = None
+        self.cost = 0.0
+        self.done = False
+        self.interrupted = False
+        self.kind = batch.tasks[index].kind
+
+
+# -------------------------------------------------------------------- events
+
+class Result:
+    """One child's outcome (ev.results[i])."""
+
+    __slots__ = ("index", "status", "goal", "summary", "error", "cost",
+                 "duration", "code")
+
+    def __init__(self, r):
+        self.index = r.index
+        self.status = _STATUS.get(r.status, "unknown")
+        self.goal = _s(r.goal)
+        self.summary = _s(r.summary)
+        self.error = _s(r.error)
+        self.cost = r.cost
+        self.duration = r.duration_ns / 1e9
+        self.code = r.code
+
+    def __repr__(self):
+        return (f"<Result {self.index} {self.status} "
+                f"{self.summary if self.status == 'completed' else self.error!r}>")
+
+
+class Event:
+    """The one completion event of a delegation.
+
+    id ("deleg_..."), status ("completed" | "error" | "interrupted"),
+    results (in task order), context, session_key, error, cost, duration
+    (dispatch to event, seconds), timed_out, cancelled; format() is the
+    consolidated "TASK i/n" text block, json() the same as JSON.
+    """
+
+    def __init__(self, cev):
+        self._c = ffi.gc(cev, lib.fanout_event_free)
+        self._id = cev.id
+        self.id = _fmt_id(cev.id)
+        self.status = _STATUS.get(cev.status, "unknown")
+        self.context = _s(cev.context)
+        self.session_key = _s(cev.session_key)
+        self.error = _s(cev.error)
+        self.cost = cev.cost
+        self.duration = (cev.completed_ns - cev.dispatched_ns) / 1e9
+        self.cancelled = bool(cev.cancelled)
+        self.timed_out = _flag(cev, "timed_out")
+        self.interrupted_by_policy = _flag(cev, "interrupted_by_policy")
+        self.ncompleted = cev.ncompleted
+        self.nerror = cev.nerror
+        self.ninterrupted = cev.ninterrupted
+        self.mode = "background"
+        self._results = None
+        self._text = None
+        self._json = None
+
+    @property
+    def results(self):
+        if self._results is None:
+            c = self._c
+            self._results = [Result(c.results[i]) for i in range(c.nresults)]
+        return self._results
+
+    def _render(self, fn):
+        n = fn(self._c, ffi.NULL, 0)
+        if n < 0:
+            raise _error(n)
+        buf = ffi.new("char[]", n + 1)
+        fn(self._c, buf, n + 1)
+        return ffi.string(buf).decode("utf-8", "replace")
+
+    def format(self):
+        if self._text is None:
+            self._text = self._render(lib.fanout_format)
+        return self._text
+
+    def json(self):
+        if self._json is None:
+            self._json = self._render(lib.fanout_event_json)
+        return self._json
+
+    def _detach(self):
+        """Copy everything out of the C event and free it (the engine is
+        going away; its events die with it)."""
+        if self._c is not None:
+            self.results, self.format(), self.json()
+            ffi.release(self._c)
+            self._c = None
+
+    def __repr__(self):
+        return f"<fanout.Event {self.id} {self.status} {self.ncompleted}/" \
+               f"{self.ncompleted + self.nerror + self.ninterrupted}>"
+
+
+class Info:
+    """A snapshot of one record (lookup, list)."""
+
+    __slots__ = ("id", "status", "ntasks", "ndone", "cost", "depth",
+                 "background", "cancelled", "session_key", "npending",
+                 "running_for")
+
+    def __init__(self, i, now_ns):
+        self.id = _fmt_id(i.id)
+        self.status = _STATUS.get(i.status, "unknown")
+        self.ntasks = i.ntasks
+        self.ndone = i.ndone
+        self.cost = i.cost
+        self.depth = i.depth
+        self.background = bool(i.background)
+        self.cancelled = bool(i.cancelled)
+        # (only from a library that implements 0.2: fields of an older one
+        # are left unset)
+        self.session_key = _s(i.session_key) if HAVE_DEFERRED else None
+        self.npending = i.npending if HAVE_DEFERRED else 0
+        end = i.completed_ns or now_ns
+        self.running_for = (end - i.dispatched_ns) / 1e9
+
+    def __repr__(self):
+        return f"<fanout.Info {self.id} {self.status} " \
+               f"{self.ndone}/{self.ntasks}>"
+
+
+# ------------------------------------------------------------------- handles
+
+class Handle:
+    """A delegation in flight: `await h` gives its Event; h.id is
+    "deleg_..."; h.mode is "background", "inline" (delegated from inside a
+    child: it already ran) or "inline_full" (the async pool was full, so it
+    ran inline; h.message says why)."""
+
+    def __init__(self, engine, id, fut, mode="background", message=None):
+        self._engine = engine
+        self._id = id
+        self.id = _fmt_id(id) if id else None
+        self._fut = fut
+        self.mode = mode
+        self.message = message
+
+    def __await__(self):
+        return asyncio.shield(self._fut).__await__()
+
+    def done(self):
+        return self._fut.done()
+
+    @property
+    def event(self):
+        """The Event once it is in, else None."""
+        return self._fut.result() if self._fut.done() else None
+
+    def cancel(self, interrupt=True, abandon=False):
+        """Cancel the delegation: unstarted children are not run; with
+        interrupt, running ones are interrupted (Python coroutines are
+        cancelled); with abandon, pending Python children are reported
+        interrupted at once.  Returns False when it had finished already."""
+        return self._engine._cancel(self._id, interrupt, abandon)
+
+    def __repr__(self):
+        return f"<fanout.Handle {self.id} {self.mode}" \
+               f"{' done' if self.done() else ''}>"
+
+
+class _Batch:
+    __slots__ = ("token", "tasks", "cbatch", "keep", "fut", "sink",
+                 "nstarted", "awaited")
+
+    def __init__(self, token, tasks):
+        self.token = token
+        self.tasks = tasks
+        self.cbatch = None
+        self.keep = None
+        self.fut = None
+        self.sink = None
+        self.nstarted = 0
+        self.awaited = False  # gather(): the event goes to its caller only
+
+
+class Sink:
+    """Where events go.  Every engine has a default sink; eng.sink() makes
+    more.  Each handle's event resolves the handle whatever the sink;
+    `async for ev in eng.events(sink)` also yields them, in completion
+    order: a sink made with eng.sink() keeps its events for events() from
+    the start, the default sink from the first events() call on."""
+
+    def __init__(self, engine, csink, default):
+        self._engine = engine
+        self._c = csink
+        self._default = default
+        self._queue = None if default else asyncio.Queue()
+        self._fd = lib.fanout_sink_fd(csink)
+
+    def close(self):
+        if self._default or self._c is None:
+            return
+        rc = lib.fanout_sink_destroy(self._c)
+        if rc:
+            raise _error(rc, self._engine)
+        self._engine._loop.remove_reader(self._fd)
+        self._engine._sinks.remove(self)
+        self._c = None
+
+
+# -------------------------------------------------------------------- engine
+
+class Engine:
+    """`async with fanout.Engine(workers=None, max_async=256, ...) as eng:`
+
+    workers, max_async, max_children, max_tasks, max_depth, keep_completed,
+    spin_ns: as struct fanout_config (None = the library's default);
+    pin: pin workers to CPUs (library default: yes); threads: the pool
+    for plain-function children (default 32).
+    """
+
+    def __init__(self, workers=None, max_async=256, max_children=None,
+                 max_tasks=None, max_depth=None, keep_completed=None,
+                 spin_ns=None, pin=True, threads=32):
+        self._cfg = dict(workers=workers, max_async=max_async,
+                         max_children=max_children, max_tasks=max_tasks,
+                         max_depth=max_depth, keep_completed=keep_completed,
+                         spin_ns=spin_ns)
+        self._pin = pin
+        self._nthreads = threads
+        self._e = None
+        self._glue = None
+        self._loop = None
+        self._batches = {}
+        self._children = {}
+        self._next_token = 1
+        self._sinks = []
+        self._default = None
+        self._events = weakref.WeakSet()
+        self._executor = None
+        self._inline_executor = None
+        self._threads = set()
+        self._idle = None
+        self._closing = False
+        self._tasks_running = set()
+        self.orphan_events = 0   # events no handle waited for (never, we hope)
+        self.duplicate_events = 0
+
+    # -- lifetime
+    async def __aenter__(self):
+        self.open()
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.aclose()
+
+    def open(self):
+        if self._e is not None:
+            return self
+        self._loop = asyncio.get_running_loop()
+        cfg = ffi.new("struct fanout_config *")
+        for k, v in self._cfg.items():
+            if v is not None:
+                setattr(cfg, k, v)
+        if not self._pin:
+            cfg.flags |= lib.FANOUT_NO_PIN
+        ep = ffi.new("struct fanout_engine **")
+        rc = lib.fanout_create(cfg, ep)
+        if rc:
+            raise _error(rc)
+        self._e = ep[0]
+        self._glue = lib.pyfo_glue_new()
+        if self._glue == ffi.NULL:
+            lib.fanout_destroy(self._e)
+            self._e = None
+            raise OSError(_errno.ENOMEM, "fanout: no memory for the glue")
+        self._default = Sink(self, lib.fanout_default_sink(self._e), True)
+        self._sinks.append(self._default)
+        self._loop.add_reader(self._default._fd, self._drain_sink,
+                              self._default)
+        self._loop.add_reader(lib.pyfo_glue_fd(self._glue), self._drain_glue)
+        self._starts = ffi.new("struct pyfo_start[]", _TAKE_CAP)
+        self._cancels = ffi.new("struct pyfo_start[]", _TAKE_CAP)
+        self._nstarts = ffi.new("size_t *")
+        self._ncancels = ffi.new("size_t *")
+        self._idle = asyncio.Event()
+        self._idle.set()
+        return self
+
+    async def aclose(self):
+        """Interrupt what still runs, wait for every accepted event and for
+        every Python child to return, then free the engine."""
+        if self._e is None or self._closing:
+            return
+        self._closing = True
+        try:
+            how = lib.FANOUT_CANCEL_INTERRUPT | _ABANDON
+            for i in self._running_ids():
+                lib.fanout_cancel(self._e, i, how)
+            futs = [b.fut for b in self._batches.values()
+                    if b.fut is not None]
+            if futs:
+                await asyncio.wait(futs)
+            while self._children or self._tasks_running:
+                self._idle.clear()
+                await self._idle.wait()
+        finally:
+            self._free()
+
+    def _running_ids(self):
+        n = ffi.new("size_t *")
+        lib.fanout_list(self._e, ffi.NULL, 0, n)
+        cap = n[0] + 16
+        infos = ffi.new("struct fanout_info[]", cap)
+        lib.fanout_list(self._e, infos, cap, n)
+        return [infos[k].id for k in range(min(n[0], cap))
+                if infos[k].status == lib.FANOUT_RUNNING]
+
+    def _free(self):
+        loop = self._loop
+        for s in self._sinks:
+            loop.remove_reader(s._fd)
+        loop.remove_reader(lib.pyfo_glue_fd(self._glue))
+        for ev in list(self._events):
+            ev._detach()
+        if self._executor:
+            self._executor.shutdown(wait=True)
+        if self._inline_executor:
+            self._inline_executor.shutdown(wait=True)
+        lib.fanout_destroy(self._e)
+        lib.pyfo_glue_free(self._glue)
+        self._e = None
+        self._glue = None
+
+    # -- batches
+    def _check_open(self):
+        if self._e is None:
+            raise RuntimeError("fanout.Engine is not open (use async with)")
+        if self._closing:
+            raise OSError(_errno.ESHUTDOWN, "fanout: the engine is closing")
+
+    def _make_batch(self, tasks, context, session_key, deadline, join,
+                    quorum, sink):
+        tasks = list(tasks)
+        token = self._next_token
+        self._next_token += 1
+        b = _Batch(token, tasks)
+        n = len(tasks)
+        ctasks = ffi.new("struct fanout_task[]", max(n, 1))
+        keep = [ctasks]
+        pyb = None
+        for i, t in enumerate(tasks):
+            if not isinstance(t, Task):
+                raise TypeError(f"tasks[{i}] is not a fanout.Task: {t!r}")
+            g = t._cgoal
+            if g is None:
+                g = t._cgoal = ffi.new("char[]", t.goal.encode())
+            keep.append(g)
+            ctasks[i].goal = g
+            if t.kind == "c":
+                ctasks[i].fn = t.fn._fn
+                a = t.args[0] if t.args else None
+                ctasks[i].arg = self._c_arg(a, keep)
+            else:
+                if not HAVE_DEFERRED:
+                    raise NotImplementedError(
+                        "Python children need the library's deferred "
+                        "children (fanout_defer), missing in this build")
+                if pyb is None:
+                    pyb = ffi.new("struct pyfo_batch *")
+                    pyb.g = self._glue
+                    pyb.token = token
+                    keep.append(pyb)
+                ctasks[i].fn = _DEFER_FN
+                ctasks[i].arg = pyb
+        cb = ffi.new("struct fanout_batch *")
+        cb.tasks = ctasks
+        cb.ntasks = n
+        if context is not None:
+            c = ffi.new("char[]", str(context).encode())
+            keep.append(c)
+            cb.context = c
+        if session_key is not None:
+            s = ffi.new("char[]", str(session_key).encode())
+            keep.append(s)
+            cb.session_key = s
+        if sink is not None:
+            cb.sink = sink._c
+            b.sink = sink
+        cb.user = ffi.cast("void *", token)
+        if deadline is not None or join != "all" or quorum:
+            if not _HAVE_V02:
+                raise NotImplementedError("deadline/join need fanout 0.2")
+        if _HAVE_V02:
+            if deadline is not None:
+                if deadline <= 0:
+                    raise ValueError("deadline must be > 0 seconds")
+                cb.deadline_ns = max(1, int(deadline * 1e9))
+            try:
+                cb.join = _JOIN[join]
+            except KeyError:
+                raise ValueError(f"join must be one of {sorted(_JOIN)}")
+            cb.quorum = quorum or 0
+            cur = _current.get()
+            if cur is not None and not cur._child.done:
+                cb.within = cur._child.p
+        b.cbatch = cb
+        b.keep = keep
+        return b
+
+    @staticmethod
+    def _c_arg(a, keep):
+        if a is None:
+            return ffi.NULL
+        if isinstance(a, int):
+            return ffi.cast("void *", a)
+        if isinstance(a, Counter):
+            keep.append(a)
+            return a._arg()
+        if isinstance(a, (bytes, bytearray, memoryview)):
+            buf = ffi.from_buffer(a)
+            keep.append((a, buf))
+            return buf
+        if isinstance(a, ffi.CData):
+            keep.append(a)
+            return ffi.cast("void *", a)
+        raise TypeError(f"a C child's argument must be None, int, bytes, "
+                        f"a Counter or a cffi pointer, not {type(a)}")
+
+    def dispatch(self, tasks, context=None, session_key=None, deadline=None,
+                 join="all", quorum=None, sink=None, _awaited=False):
+        """Start a background delegation; returns a Handle at once.  Raises
+        BusyError at max_async (the message names the limit), OSError for
+        other refusals (nothing was started then).  Its event resolves the
+        handle, and is also yielded by events() of its sink."""
+        self._check_open()
+        b = self._make_batch(tasks, context, session_key, deadline, join,
+                             quorum, sink)
+        idp = ffi.new("fanout_id *")
+        b.awaited = _awaited
+        self._batches[b.token] = b
+        rc = lib.fanout_dispatch(self._e, b.cbatch, idp)
+        if rc:
+            del self._batches[b.token]
+            raise _error(rc, self)
+        b.fut = self._loop.create_future()
+        return Handle(self, idp[0], b.fut)
+
+    async def gather(self, tasks, context=None, session_key=None,
+                     deadline=None, join="all", quorum=None, sink=None):
+        """dispatch() and await the one event, which goes to this caller
+        only (not to events()).  Cancelling the awaiting task cancels the
+        delegation (and, inside a child, it belongs to the child's cancel
+        tree)."""
+        h = self.dispatch(tasks, context=context, session_key=session_key,
+                          deadline=deadline, join=join, quorum=quorum,
+                          sink=sink, _awaited=True)
+        try:
+            return await asyncio.shield(h._fut)
+        except asyncio.CancelledError:
+            self._cancel(h._id, True, True)
+            raise
+
+    async def delegate(self, tasks, **kw):
+        """The orchestrator policy: from inside a child, run and wait
+        (mode "inline"); at top level, dispatch in the background (mode
+        "background"); when the async pool is full, run inline and say so
+        (mode "inline_full", h.message).  Returns a Handle; for the inline
+        modes it is done already."""
+        self._check_open()
+        if current() is not None:
+            ev = await self.gather(tasks, **kw)
+            ev.mode = "inline"
+            fut = self._loop.create_future()
+            fut.set_result(ev)
+            return Handle(self, ev._id, fut, "inline")
+        try:
+            return self.dispatch(tasks, **kw)
+        except BusyError as e:
+            ev = await self._run_inline(tasks, **kw)
+            ev.mode = "inline_full"
+            fut = self._loop.create_future()
+            fut.set_result(ev)
+            return Handle(self, ev._id, fut, "inline_full", str(e))
+
+    async def _run_inline(self, tasks, context=None, session_key=None,
+                          deadline=None, join="all", quorum=None):
+        """fanout_run on a thread of its own (it blocks; the loop must
+        not), max_async does not apply to it."""
+        b = self._make_batch(tasks, context, session_key, deadline, join,
+                             quorum, None)
+        evp = ffi.new("struct fanout_event **")
+        self._batches[b.token] = b
+        if self._inline_executor is None:
+            self._inline_executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=4, thread_name_prefix="fanout-inline")
+        try:
+            rc = await self._loop.run_in_executor(
+                self._inline_executor, lib.fanout_run, self._e, b.cbatch, evp)
+        finally:
+            del self._batches[b.token]
+        if rc:
+            raise _error(rc, self)
+        ev = Event(evp[0])
+        self._events.add(ev)
+        return ev
+
+    def _cancel(self, id, interrupt, abandon):
+        if self._e is None:
+            return False
+        how = lib.FANOUT_CANCEL_PENDING
+        if interrupt or abandon:  # ABANDON goes only with INTERRUPT
+            how |= lib.FANOUT_CANCEL_INTERRUPT
+        if abandon:
+            how |= _ABANDON
+        rc = lib.fanout_cancel(self._e, id, how)
+        if rc in (-_errno.EALREADY, -_errno.ENOENT):
+            return False
+        if rc:
+            raise _error(rc, self)
+        return True
+
+    def cancel(self, id, interrupt=True, abandon=False):
+        """Cancel a delegation by id ("deleg_..." or a Handle)."""
+        return self._cancel(_parse_id(id), interrupt, abandon)
+
+    def cancel_session(self, session_key, interrupt=True, abandon=False):
+        """Cancel every running delegation of a session; returns how many."""
+        self._check_open()
+        if not hasattr(lib, "fanout_cancel_session"):
+            raise NotImplementedError("fanout_cancel_session is missing "
+                                      "from this build of the library")
+        how = lib.FANOUT_CANCEL_PENDING
+        if interrupt or abandon:
+            how |= lib.FANOUT_CANCEL_INTERRUPT
+        if abandon:
+            how |= _ABANDON
+        n = ffi.new("size_t *")
+        rc = lib.fanout_cancel_session(self._e, str(session_key).encode(),
+                                       how, n)
+        if rc:
+            raise _error(rc, self)
+        return n[0]
+
+    def lookup(self, id):
+        """Info of one delegation (running, or finished and still kept);
+        KeyError when unknown or pruned."""
+        info = ffi.new("struct fanout_info *")
+        rc = lib.fanout_lookup(self._e, _parse_id(id), info)
+        if rc == -_errno.ENOENT:
+            raise KeyError(id)
+        if rc:
+            raise _error(rc, self)
+        return Info(info, lib.fanout_now_ns())
+
+    def list(self):
+        """Running and recently finished delegations, newest first."""
+        n = ffi.new("size_t *")
+        cap = 64
+        while True:
+            infos = ffi.new("struct fanout_info[]", cap)
+            rc = lib.fanout_list(self._e, infos, cap, n)
+            if rc:
+                raise _error(rc, self)
+            if n[0] <= cap:
+                break
+            cap = n[0] + 64
+        now = lib.fanout_now_ns()
+        return [Info(infos[k], now) for k in range(n[0])]
+
+    def stats(self):
+        """The engine's counters, as a dict (see struct fanout_stats)."""
+        st = ffi.new("struct fanout_stats *")
+        rc = lib.fanout_stats(self._e, st)
+        if rc:
+            raise _error(rc, self)
+        out = {k: getattr(st, k) for k in (
+            "dispatched", "runs", "completed", "rejected", "cancelled",
+            "children_run", "children_skipped", "parks", "wakeups",
+            "running", "async_running", "nworkers")}
+        out["python_children_running"] = len(self._children)
+        return out
+
+    # -- sinks and events
+    def sink(self):
+        """A new Sink with its own eventfd, watched by the loop."""
+        self._check_open()
+        sp = ffi.new("struct fanout_sink **")
+        rc = lib.fanout_sink_create(self._e, sp)
+        if rc:
+            raise _error(rc, self)
+        s = Sink(self, sp[0], False)
+        self._sinks.append(s)
+        self._loop.add_reader(s._fd, self._drain_sink, s)
+        return s
+
+    async def events(self, sink=None):
+        """Yield the events of `sink` (default: the engine's) as they come."""
+        s = sink or self._default
+        if s._queue is None:
+            s._queue = asyncio.Queue()
+        while True:
+            ev = await s._queue.get()
+            if ev is None:
+                return
+            yield ev
+
+    def _drain_sink(self, s):
+        evp = ffi.new("struct fanout_event **")
+        while s._c is not None:
+            rc = lib.fanout_poll(s._c, evp)
+            if rc:
+                break
+            cev = evp[0]
+            token = int(ffi.cast("uintptr_t", cev.user))
+            ev = Event(cev)
+            self._events.add(ev)
+            b = self._batches.pop(token, None)
+            if b is None or b.fut is None:
+                self.orphan_events += 1
+            elif b.fut.done():
+                self.duplicate_events += 1
+            else:
+                b.fut.set_result(ev)
+            if s._queue is not None and not (b is not None and b.awaited):
+                s._queue.put_nowait(ev)
+
+    # -- Python children
+    def _drain_glue(self):
+        while True:
+            rc = lib.pyfo_take(self._glue, self._starts, self._nstarts,
+                               self._cancels, self._ncancels, _TAKE_CAP)
+            for k in range(self._nstarts[0]):
+                s = self._starts[k]
+                self._start(s.p, s.token, s.id, s.index)
+            for k in range(self._ncancels[0]):
+                s = self._cancels[k]
+                c = self._children.get(int(ffi.cast("uintptr_t", s.p)))
+                if c is not None and c.id == s.id and c.index == s.index:
+                    self._interrupt(c)
+            if rc == 2:
+                for c in list(self._children.values()):
+                    if not c.done and lib.fanout_pending_interrupted(c.p):
+                        self._interrupt(c)
+            if rc <= 0 or rc == 2:
+                break
+
+    def _start(self, p, token, id, index):
+        b = self._batches.get(token)
+        if b is None:
+            # Its event is in already: the delegation was abandoned
+            # (deadline, cancel with abandon, policy) after this child
+            # deferred, and the sink was read before this note.  The
+            # library finished the child; this releases p (-EALREADY).
+            o = ffi.new("struct fanout_outcome *")
+            o.code = -_errno.EPROTO
+            lib.fanout_complete(p, o)
+            return
+        c = _PyChild(self, p, id, index, b)
+        self._children[int(ffi.cast("uintptr_t", p))] = c
+        if lib.fanout_pending_interrupted(p):
+            c.interrupted = True
+            self._complete(c, -_errno.ECANCELED, None, None)
+            return
+        t = b.tasks[index]
+        if c.kind == "async":
+            try:
+                coro = t.fn(*t.args)
+            except BaseException as e:  # noqa: B902 - reported as the error
+                self._complete(c, -_errno.EIO, None, _exc_text(e))
+                return
+            task = self._loop.create_task(_run_coro(c, coro))
+            c.task = task
+            self._tasks_running.add(task)
+            task.add_done_callback(
+                lambda task, c=c: self._coro_done(task, c))
+        else:
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=self._nthreads,
+                    thread_name_prefix="fanout-py")
+            ctx = contextvars.copy_context()
+            fut = self._executor.submit(ctx.run, _run_thread, c)
+            c.task = fut
+
+    def _interrupt(self, c):
+        c.interrupted = True
+        if c.kind == "async" and c.task is not None:
+            c.task.cancel()
+
+    def _coro_done(self, task, c):
+        self._tasks_running.discard(task)
+        if c.done:
+            pass
+        elif task.cancelled():
+            self._complete(c, -_errno.ECANCELED, None, None)
+        else:
+            exc = task.exception()
+            if exc is not None:
+                self._complete(c, _exc_code(exc), None, _exc_text(exc))
+            else:
+                r = task.result()
+                self._complete(c, 0, None if r is None else str(r), None)
+        if not self._children and not self._tasks_running:
+            self._idle.set()
+
+    def _thread_done(self, c, code, summary, error):
+        self._complete(c, code, summary, error)
+        if not self._children and not self._tasks_running:
+            self._idle.set()
+
+    def _complete(self, c, code, summary, error):
+        if c.done:
+            return
+        o = ffi.new("struct fanout_outcome *")
+        o.code = code
+        keep = []
+        if summary is not None:
+            sb = ffi.from_buffer(summary.encode("utf-8", "replace"))
+            keep.append(sb)
+            o.summary = sb
+            o.summary_len = len(sb)
+        if error is not None and code:
+            eb = ffi.new("char[]", error.encode("utf-8", "replace"))
+            keep.append(eb)
+            o.error = eb
+        o.cost = c.cost
+        c.done = True
+        key = int(ffi.cast("uintptr_t", c.p))
+        if self._children.get(key) is c:
+            del self._children[key]
+        rc = lib.fanout_complete(c.p, o)
+        if rc == -_errno.EINVAL:
+            o.cost = 0.0
+            o.summary = ffi.NULL
+            o.summary_len = 0
+            lib.fanout_complete(c.p, o)
+        c.p = None
+        if not self._children and not self._tasks_running:
+            self._idle.set()
+
+
+def _exc_text(e):
+    s = str(e)
+    name = type(e).__name__
+    return f"{name}: {s}" if s else name
+
+
+def _exc_code(e):
+    if isinstance(e, asyncio.CancelledError):
+        return -_errno.ECANCELED  # a child that gave up: interrupted
+    if isinstance(e, OSError) and e.errno and e.errno != _errno.ECANCELED:
+        return -e.errno
+    return -_errno.EIO
+
+
+async def _run_coro(c, coro):
+    _current.set(ChildContext(c))
+    return await coro
+
+
+def _run_thread(c):
+    _current.set(ChildContext(c))
+    t = c.batch.tasks[c.index]
+    try:
+        r = t.fn(*t.args)
+        res = (0, None if r is None else str(r), None)
+    except BaseException as e:  # noqa: B902 - reported as the error
+        res = (_exc_code(e), None, _exc_text(e))
+    loop = c.engine._loop
+    try:
+        loop.call_soon_threadsafe(c.engine._thread_done, c, *res)
+    except RuntimeError:
+        pass  # the loop is closed: the engine was never closed properly
