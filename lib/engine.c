@@ -142,7 +142,7 @@ int fanout_create(const struct fanout_config *cfg, struct fanout_engine **out)
 	atomic_init(&e->shutting, 0);
 	atomic_init(&e->shut_done, 0);
 	fq_ec_init(&e->drained);
-	fa_cache_init(&e->blocks);
+	fanout__blocks_init(&e->blocks);
 	e->st_worker_children =
 		fanout__alloc(sizeof(*e->st_worker_children) * e->cfg.workers);
 	if (!e->st_worker_children) {
@@ -304,7 +304,7 @@ void fanout_destroy(struct fanout_engine *e)
 		fq_free_forked(e->q);
 	else
 		fq_free(e->q);
-	fa_cache_drain(&e->blocks); /* every record is freed by now */
+	fanout__blocks_drain(&e->blocks); /* every record is freed by now */
 	fanout__free(e->st_worker_children,
 		     sizeof(*e->st_worker_children) * e->cfg.workers);
 	fanout__free(e, sizeof(*e));

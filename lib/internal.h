@@ -35,6 +35,7 @@
 
 #include "fanout.h"
 #include "../queue/alloc.h"
+#include "blocks.h"
 #include "../queue/annotate.h"
 #include "../queue/clock.h"
 #include "../queue/fq.h"
@@ -279,9 +280,9 @@ struct fanout_engine {
 	struct cds_list_head engines_node; /* L */
 	uint64_t serial; /* I: unique per process, never reused (tree.c) */
 
-	/* Large record blocks kept for reuse (alloc.c): taken by dispatch,
+	/* Large record blocks kept for reuse (blocks.c): taken by dispatch,
 	 * given back by the call_rcu callbacks that free records. */
-	struct fa_cache blocks __attribute__((aligned(CACHELINE))); /* A */
+	struct fanout_blocks blocks __attribute__((aligned(CACHELINE))); /* A */
 };
 
 /* record.c */

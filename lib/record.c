@@ -57,7 +57,7 @@ static void rec_free_rcu(struct rcu_head *head)
 			p = next;
 		}
 	}
-	fa_cache_free(&rec->e->blocks, rec, rec->alloc_size);
+	fanout__blocks_free(&rec->e->blocks, rec, rec->alloc_size);
 	/* TSan edge: this callback's use of the engine happens before the
 	 * rcu_barrier() in fanout_destroy() returns (see annotate.h). */
 	FQ_HANDOFF_RELEASE(&fanout__rcu_token);
@@ -126,7 +126,7 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	head = (head + CACHELINE - 1) & ~(size_t)(CACHELINE - 1);
 	head += nrunners * sizeof(struct progress_slot);
 	size = head + n * sizeof(struct task_slot) + n + strings;
-	rec = fa_cache_alloc(&e->blocks, size, &size);
+	rec = fanout__blocks_alloc(&e->blocks, size, &size);
 	if (!rec)
 		return NULL;
 	/* Only the read-mostly head is zeroed; the join line is initialised
@@ -175,7 +175,7 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	atomic_init(&rec->cost_bits, 0);
 	cds_wfcq_node_init(&rec->qnode);
 	if (fanout__table_reserve(e, rec)) { /* gives rec->id */
-		fa_cache_free(&e->blocks, rec, size);
+		fanout__blocks_free(&e->blocks, rec, size);
 		return NULL;
 	}
 	rec->dispatched_ns = fq_now_ns();

@@ -2,7 +2,7 @@
 /*
  * testing.c - the fault-injection knobs of include/fanout_testing.h.
  * Correctness: each knob is one atomic countdown consumed by exactly one
- * failing operation (see queue/alloc.c, queue/fq.c, lib/sink.c).
+ * failing operation (see queue/alloc.c, lib/blocks.c, queue/fq.c, lib/sink.c).
  */
 #include "internal.h"
 #include "fanout_testing.h"

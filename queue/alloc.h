@@ -12,6 +12,7 @@
 #define FANOUT_QUEUE_ALLOC_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,29 +20,12 @@
 #define ALLOC_ALIGN 64
 void *fanout__alloc(size_t size);
 void fanout__free(void *p, size_t size);
+/* The fault-injection check fanout__alloc() makes, and the allocation it
+ * makes after it: for an allocator built on this one (lib/blocks.c) that
+ * must fail where fanout__alloc() would, and only once. */
+bool fanout__alloc_fault(void);
+void *fanout__alloc_unchecked(size_t size);
 
-/*
- * A cache of large blocks (records of big batches), one per engine; see
- * alloc.c.  Blocks of FA_CACHE_MIN bytes and more are rounded up to a power
- * of two, and *got says the size to free them with.
- */
-#define FA_CACHE_MIN_SHIFT 14 /* 16 KiB */
-#define FA_CACHE_MAX_SHIFT 24 /* 16 MiB */
-#define FA_CACHE_CLASSES (FA_CACHE_MAX_SHIFT - FA_CACHE_MIN_SHIFT + 1)
-#define FA_CACHE_SLOTS 32
-#define FA_CACHE_BYTES ((size_t)32 << 20) /* at most this much kept */
-struct fa_cache {
-	_Atomic size_t
-		bytes; /* A: bytes held in the slots, <= FA_CACHE_BYTES */
-	_Atomic uint64_t hits; /* A: a statistic for the tests */
-	_Atomic(void *) slot[FA_CACHE_CLASSES][FA_CACHE_SLOTS]
-		__attribute__((aligned(ALLOC_ALIGN)));
-};
-void fa_cache_init(struct fa_cache *c);
-void *fa_cache_alloc(struct fa_cache *c, size_t size, size_t *got);
-void fa_cache_free(struct fa_cache *c, void *p, size_t size);
-/* Free every cached block; nothing may use @c concurrently. */
-void fa_cache_drain(struct fa_cache *c);
 /* Natural alignment, for strings. */
 void *fanout__alloc_small(size_t size);
 void fanout__free_small(void *p, size_t size);

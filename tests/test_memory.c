@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_memory.c - the cache of large record blocks (queue/alloc.c).
+ * test_memory.c - the cache of large record blocks (lib/blocks.c).
  *
  * Records of big batches (16 KiB and more) are freed by RCU callbacks in
  * bursts; the engine keeps up to 32 MiB of them for the next dispatches,
