@@ -155,11 +155,14 @@ class TestEvents(Base):
 class TestCancel(Base):
     async def test_cancel_interrupts_the_coroutine(self):
         eng = await self.engine()
-        started = asyncio.Event()
+        started = [asyncio.Event(), asyncio.Event()]
         cancelled = []
-        h = eng.dispatch([fanout.Task("hang", hang, started, cancelled),
-                          fanout.Task("hang2", hang, None, cancelled)])
-        await asyncio.wait_for(started.wait(), LONG)
+        h = eng.dispatch([fanout.Task("hang", hang, started[0], cancelled),
+                          fanout.Task("hang2", hang, started[1], cancelled)])
+        # Both running (a child cancelled before its coroutine's first step
+        # is interrupted too, but never gets to see the CancelledError).
+        for ev in started:
+            await asyncio.wait_for(ev.wait(), LONG)
         self.assertTrue(h.cancel())
         ev = await asyncio.wait_for(h, LONG)
         self.assertEqual(ev.status, "interrupted")
