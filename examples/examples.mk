@@ -16,7 +16,7 @@ EXAMPLE_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -Iinclude
 build/examples/%: examples/%.c include/fanout.h build/plain/dist/libfanout.a
 	@mkdir -p $(dir $@)
 	$(CC) $(EXAMPLE_CFLAGS) $(EXTRA_CFLAGS) $< -o $@ \
-		build/plain/dist/libfanout.a $(LDFLAGS) $(DEP_LIBS) -ljemalloc -lm
+		build/plain/dist/libfanout.a $(LDFLAGS) $(DEP_LIBS)
 
 examples: $(EXAMPLE_BINS)
 
