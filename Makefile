@@ -93,7 +93,7 @@ build/$(1)/libfanout.a: $(patsubst %.c,build/$(1)/obj/%.o,$(LIB_SRC))
 
 lib-$(1): build/$(1)/libfanout.a
 
-build/$(1)/tests/%: tests/%.c tests/common.h tests/defer.h build/$(1)/libfanout.a
+build/$(1)/tests/%: tests/%.c tests/common.h tests/defer.h tests/utf8.h build/$(1)/libfanout.a
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(BASE_CFLAGS) $$(CFLAGS_$(1)) $$(EXTRA_CFLAGS) $$< -o $$@ \
 		build/$(1)/libfanout.a -lcmocka $$(TEST_LIBS_$$*) $$(DEP_LIBS) \

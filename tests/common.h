@@ -376,6 +376,25 @@ static inline fanout_id must_dispatch(struct fanout_engine *e,
 
 /* --------------------------------------------------------------- threads */
 
+/* One dispatch of one counting child, waited for: the engine works.
+ * Returns the delegation's id. */
+static inline fanout_id must_run_one(struct fanout_engine *e)
+{
+	atomic_int count = 0;
+	struct fanout_task t = {"one", count_fn, &count};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	struct fanout_event *ev;
+	fanout_id id = 0;
+
+	assert_int_equal(fanout_dispatch(e, &b, &id), 0);
+	ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	assert_int_equal(ev->status, FANOUT_COMPLETED);
+	fanout_event_free(ev);
+	assert_int_equal(atomic_load(&count), 1);
+	return id;
+}
+
 static inline pthread_t spawn(void *(*fn)(void *), void *arg)
 {
 	pthread_t t;

@@ -1043,9 +1043,9 @@ static void max_children_counts_pending(void **state)
 	/* three runners race the first defer of a fresh engine; several
 	 * rounds, since an overshoot needs a runner to be a little late */
 	for (int round = 0; round < 6; round++) {
-		struct fanout_engine *e =
-			NEW_ENGINE(.workers = MC_WORKERS, .max_children = MC_MAX,
-				   .flags = FANOUT_NO_PIN);
+		struct fanout_engine *e = NEW_ENGINE(.workers = MC_WORKERS,
+						     .max_children = MC_MAX,
+						     .flags = FANOUT_NO_PIN);
 		struct mbatch *mb = mb_new(MC_N);
 		atomic_int cur = 0, max = 0, started = 0;
 		struct dq q;

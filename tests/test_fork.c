@@ -148,24 +148,6 @@ static fanout_id kid_use_new_engine(unsigned n)
 	return id;
 }
 
-/* One dispatch of one counting child, waited for; returns its id. */
-static fanout_id run_one(struct fanout_engine *e)
-{
-	atomic_int count = 0;
-	struct fanout_task t = {"one", count_fn, &count};
-	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
-	struct fanout_event *ev;
-	fanout_id id = 0;
-
-	assert_int_equal(fanout_dispatch(e, &b, &id), 0);
-	ev = must_wait(fanout_default_sink(e));
-	assert_true(ev->id == id);
-	assert_int_equal(ev->status, FANOUT_COMPLETED);
-	fanout_event_free(ev);
-	assert_int_equal(atomic_load(&count), 1);
-	return id;
-}
-
 /*
  * Wait until every worker of @e has parked once, i.e. has finished
  * starting.  Only for gcc 12's ASan: its allocator takes no lock around
@@ -210,7 +192,7 @@ static void X05_forked_child_uses_new_engine(void **state)
 	if (!KID_THREADS)
 		skip(); /* the whole point is threads in the child: see top */
 	e = eng2();
-	first = run_one(e);
+	first = must_run_one(e);
 	for (int round = 0; round < 2; round++) {
 		fanout_id kid_first = 0;
 		int fds[2];
@@ -236,7 +218,7 @@ static void X05_forked_child_uses_new_engine(void **state)
 		close(fds[0]);
 		assert_true(kid_first != 0);
 		assert_true(kid_first != first);
-		run_one(e); /* the parent's engine is untouched */
+		must_run_one(e); /* the parent's engine is untouched */
 	}
 	fanout_destroy(e);
 }
@@ -462,7 +444,7 @@ static void X04_fork_inside_child(void **state)
 	fanout_event_free(ev);
 	assert_int_equal(f.status, 0);
 	assert_no_event(fanout_default_sink(e));
-	run_one(e);
+	must_run_one(e);
 	fanout_destroy(e);
 }
 

@@ -45,6 +45,7 @@
 
 #include "fanout.h"
 #include "fanout_testing.h"
+#include "../utf8.h"
 
 #define NENG 2
 #define NSINK 4 /* [0] is the default sink */
@@ -404,40 +405,6 @@ static bool cfg_valid(const struct fanout_config *c)
 	       c->keep_completed <= (1u << 24) && c->max_children <= (1u << 24);
 }
 
-/* Strict UTF-8 (RFC 3629): no overlong, surrogate, > U+10FFFF, cut or stray
- * byte.  No C0 control but those in the bitmask @ctl, no DEL; C1 controls
- * (U+0080..U+009F) only if @c1. */
-static bool utf8_clean(const unsigned char *s, size_t n, uint32_t ctl, bool c1)
-{
-	for (size_t i = 0; i < n;) {
-		unsigned c = s[i], k, cp;
-
-		if (c < 0x80) {
-			if ((c < 0x20 && !(ctl >> c & 1)) || c == 0x7f)
-				return false;
-			i++;
-			continue;
-		}
-		k = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc0 ? 1 : 0;
-		if (!k || c > 0xf4 || n - i <= k)
-			return false;
-		cp = c & (0x3fu >> k);
-		for (unsigned j = 1; j <= k; j++) {
-			if ((s[i + j] & 0xc0) != 0x80)
-				return false;
-			cp = cp << 6 | (s[i + j] & 0x3f);
-		}
-		if (cp < (k == 1 ? 0x80u :
-			  k == 2 ? 0x800u :
-				   0x10000u) ||
-		    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff ||
-		    (cp < 0xa0 && !c1))
-			return false;
-		i += k + 1;
-	}
-	return true;
-}
-
 /* Both renderings of @ev, whole: valid UTF-8; the text without controls but
  * \n and \t; the JSON parsed by jansson (strict: it rejects ill-formed
  * UTF-8, raw controls, duplicate keys), with every result present. */
@@ -455,11 +422,10 @@ static void check_renderings(const struct fanout_event *ev)
 	ENSURE(fanout_format(ev, t, (size_t)n + 1) == n &&
 		       fanout_event_json(ev, j, (size_t)m + 1) == m,
 	       "lengths differ between calls");
-	ENSURE(utf8_clean((unsigned char *)t, (size_t)n,
-			  1u << '\n' | 1u << '\t', false),
+	ENSURE(utf8_strict(t, (size_t)n, 1u << '\n' | 1u << '\t', false),
 	       "text not clean UTF-8: %s", t);
-	ENSURE(utf8_clean((unsigned char *)j, (size_t)m, 0, true),
-	       "JSON not clean UTF-8: %s", j);
+	ENSURE(utf8_strict(j, (size_t)m, 0, true), "JSON not clean UTF-8: %s",
+	       j);
 	root = json_loadb(j, (size_t)m, JSON_REJECT_DUPLICATES, &err);
 	ENSURE(root, "JSON rejected (%s at %d): %s", err.text, err.position, j);
 	res = json_object_get(root, "results");
