@@ -117,6 +117,8 @@ int fanout_create(const struct fanout_config *cfg, struct fanout_engine **out)
 		goto out_free;
 	/* After the first allocation: see "When" in fork.c. */
 	err = fanout__fork_init();
+	if (!err)
+		err = fanout__engines_init();
 	if (err)
 		goto out_free;
 	/* relaxed: this process's own value; see fork.c. */

@@ -68,7 +68,6 @@ _Atomic uint32_t fanout__fork_gen __attribute__((aligned(CACHELINE)));
 
 static void before_fork(void)
 {
-	fanout__engines_lock(); /* the engine list (tree.c) stays whole */
 	call_rcu_before_fork();
 	urcu_bp_before_fork();
 }
@@ -77,14 +76,12 @@ static void after_fork_parent(void)
 {
 	urcu_bp_after_fork_parent();
 	call_rcu_after_fork_parent();
-	fanout__engines_unlock();
 }
 
 static void after_fork_child(void)
 {
 	urcu_bp_after_fork_child();
 	call_rcu_after_fork_child();
-	fanout__engines_unlock(); /* taken by this thread in before_fork */
 	/* relaxed: the child has one thread; see "Inherited engines". */
 	atomic_fetch_add_explicit(&fanout__fork_gen, 1, memory_order_relaxed);
 	/* A fork from inside a child task: the new process starts at top
@@ -113,16 +110,19 @@ int fanout__fork_init(void)
 /* fanout_destroy() of an inherited engine, sinks part: see above. */
 void fanout__fork_forget_sinks(struct fanout_engine *e)
 {
-	struct cds_list_head *pos, *next;
+	struct cds_lfht_iter iter;
+	struct cds_lfht_node *node;
 	struct cds_wfcq_node *qn;
 	struct fanout_sink *s;
 
-	/* Nothing of the engine runs in this process: a plain walk. */
-	cds_list_for_each_safe(pos, next, &e->sinks)
-	{
-		s = caa_container_of(pos, struct fanout_sink, node);
+	if (!e->sinks)
+		return;
+	/* Nothing of the engine runs in this process. */
+	fanout__read_lock();
+	fanout__lfht_for_each(e->sinks, &iter, node) {
+		s = caa_container_of(node, struct fanout_sink, node);
 		FQ_HANDOFF_ACQUIRE(s);
-		cds_list_del(&s->node);
+		cds_lfht_del(e->sinks, &s->node);
 		while ((qn = __cds_wfcq_dequeue_nonblocking(&s->head,
 							    &s->tail)) &&
 		       qn != CDS_WFCQ_WOULDBLOCK) {
@@ -136,4 +136,7 @@ void fanout__fork_forget_sinks(struct fanout_engine *e)
 		cds_wfcq_destroy(&s->head, &s->tail);
 		fanout__free(s, sizeof(*s));
 	}
+	fanout__read_unlock();
+	cds_lfht_destroy(e->sinks, NULL);
+	e->sinks = NULL;
 }

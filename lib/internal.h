@@ -12,8 +12,8 @@
  * that claimed it; for a deferred child, whoever finished it).  W: written
  * only by its worker thread, read by anyone (relaxed).  H: handed over:
  * written before a release and read only after the matching acquire.
- * L: linkage changed only by liburcu's own operations (list and queue
- * nodes, rcu_head); list writers hold the registry lock of tree.c.
+ * L: linkage changed only by liburcu's own operations (hash-set and queue
+ * nodes, rcu_head).
  */
 #ifndef FANOUT_LIB_INTERNAL_H
 #define FANOUT_LIB_INTERNAL_H
@@ -26,12 +26,19 @@
 #define _LGPL_SOURCE
 #endif
 #include <urcu-bp.h>
-#include <urcu/rculist.h>
+#include <urcu/rculfhash.h>
 #include <urcu/wfcqueue.h>
 
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+/* Iterate a cds_lfht without liburcu's for_each_entry, whose container_of
+ * on the terminating NULL is undefined behaviour (UBSan flags it). */
+#define fanout__lfht_for_each(ht, iter, node)                                  \
+	for (cds_lfht_first((ht), (iter));                                     \
+	     ((node) = cds_lfht_iter_get_node(iter)) != NULL;                  \
+	     cds_lfht_next((ht), (iter)))
 
 #include "fanout.h"
 #include "../queue/alloc.h"
@@ -223,7 +230,7 @@ struct fanout_sink {
 	uint32_t fork_gen;	   /* I: fanout__fork_gen at creation */
 	int efd;		   /* I */
 	bool is_default;	   /* I */
-	struct cds_list_head node; /* L: in e->sinks */
+	struct cds_lfht_node node; /* L: in e->sinks */
 	struct rcu_head rcu;	   /* L */
 
 	/* Back-pressure (sink.c): touched by dispatchers and the consumer -
@@ -236,12 +243,12 @@ struct fanout_sink {
 };
 
 struct fanout_engine {
-	struct fanout_config cfg;	      /* I: after defaults */
-	struct fq *q;			      /* I */
-	struct fanout_table *table;	      /* I: records by id (table.c) */
-	struct cds_list_head sinks;	      /* L: RCU list of every sink */
-	struct fanout_sink *default_sink;     /* I */
-	_Atomic(struct record *) *kept;	      /* A: cfg.keep_completed slots */
+	struct fanout_config cfg;	  /* I: after defaults */
+	struct fq *q;			  /* I */
+	struct fanout_table *table;	  /* I: records by id (table.c) */
+	struct cds_lfht *sinks;		  /* I: the set of its sinks (sink.c) */
+	struct fanout_sink *default_sink; /* I */
+	_Atomic(struct record *) *kept;	  /* A: cfg.keep_completed slots */
 	_Atomic uint64_t *st_worker_children; /* I pointer; per worker, W */
 	unsigned max_tokens; /* I: min(workers, max_children) */
 	uint32_t fork_gen;   /* I: fanout__fork_gen at creation (fork.c) */
@@ -277,7 +284,7 @@ struct fanout_engine {
 	_Atomic uint32_t timer_state; /* A */
 
 	/* Every engine, for the cancel tree (tree.c). */
-	struct cds_list_head engines_node; /* L */
+	struct cds_lfht_node engines_node; /* L: in tree.c's registry */
 	uint64_t serial; /* I: unique per process, never reused (tree.c) */
 
 	/* Large record blocks kept for reuse (blocks.c): taken by dispatch,
@@ -319,8 +326,7 @@ void fanout__timer_forget(struct fanout_engine *e);
 /* tree.c */
 void fanout__engines_add(struct fanout_engine *e);
 void fanout__engines_del(struct fanout_engine *e);
-void fanout__engines_lock(void);
-void fanout__engines_unlock(void);
+int fanout__engines_init(void);
 void fanout__tree_cancel(struct record *rec, unsigned how);
 /* Chunk size: about 8 claims per runner, so runners stay balanced while
  * `claim` is touched once per chunk, not once per child (and `remaining`

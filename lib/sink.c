@@ -76,6 +76,16 @@
 /* Injection point for fault tests: the k-th eventfd() fails. */
 _Atomic long fanout__fail_eventfd_at;
 
+static unsigned long ptr_hash(const void *p)
+{
+	uint64_t x = (uint64_t)(uintptr_t)p;
+
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	return (unsigned long)x;
+}
+
 int fanout__sink_new(struct fanout_engine *e, bool is_default,
 		     struct fanout_sink **out)
 {
@@ -112,10 +122,11 @@ int fanout__sink_new(struct fanout_engine *e, bool is_default,
 	s->e = e;
 	s->fork_gen = e->fork_gen;
 	s->is_default = is_default;
+	cds_lfht_node_init(&s->node);
+	fanout__read_lock();
 	FQ_HANDOFF_RELEASE(s);
-	fanout__engines_lock(); /* writers of the RCU list: tree.c */
-	cds_list_add_rcu(&s->node, &e->sinks);
-	fanout__engines_unlock();
+	cds_lfht_add(e->sinks, ptr_hash(s), &s->node);
+	fanout__read_unlock();
 	*out = s;
 	return 0;
 }
@@ -438,9 +449,9 @@ static void sink_free_rcu(struct rcu_head *head)
 
 static void sink_unlink(struct fanout_sink *s)
 {
-	fanout__engines_lock(); /* writers of the RCU list: tree.c */
-	cds_list_del_rcu(&s->node);
-	fanout__engines_unlock();
+	fanout__read_lock();
+	cds_lfht_del(s->e->sinks, &s->node);
+	fanout__read_unlock();
 	FQ_HANDOFF_RELEASE(s);
 }
 
@@ -480,15 +491,15 @@ int fanout_sink_destroy(struct fanout_sink *s)
  * (relaxed loads, under the read lock that keeps the sinks alive). */
 unsigned fanout__sinks_full(struct fanout_engine *e, bool *default_full)
 {
-	struct cds_list_head *pos;
+	struct cds_lfht_iter iter;
+	struct cds_lfht_node *node;
 	struct fanout_sink *s;
 	unsigned n = 0;
 
 	*default_full = false;
 	fanout__read_lock();
-	cds_list_for_each_rcu(pos, &e->sinks)
-	{
-		s = caa_container_of(pos, struct fanout_sink, node);
+	fanout__lfht_for_each(e->sinks, &iter, node) {
+		s = caa_container_of(node, struct fanout_sink, node);
 		FQ_HANDOFF_ACQUIRE(s);
 		if (atomic_load_explicit(&s->untaken, memory_order_relaxed) <
 		    s->max_pending)
@@ -501,28 +512,34 @@ unsigned fanout__sinks_full(struct fanout_engine *e, bool *default_full)
 	return n;
 }
 
+/* A set (cds_lfht: lock-free add and remove from any thread; no resizing,
+ * so no helper thread) walked only by describe_error and destroy. */
 int fanout__sinks_init(struct fanout_engine *e)
 {
-	CDS_INIT_LIST_HEAD(&e->sinks);
-	return 0;
+	e->sinks = cds_lfht_new_flavor(16, 16, 0, 0, &urcu_bp_flavor, NULL);
+	return e->sinks ? 0 : -ENOMEM;
 }
 
 /* Engine destroy: quiescent, every event published. */
 void fanout__sinks_destroy(struct fanout_engine *e)
 {
-	struct cds_list_head *pos, *next;
+	struct cds_lfht_iter iter;
+	struct cds_lfht_node *node;
 	struct fanout_sink *s;
 
-	/* Quiescent engine: nobody publishes, and no reader walks the list
-	 * (fanout_describe_error is a call on the engine, which must not
-	 * race its destroy); free synchronously so the records the sinks
-	 * release are queued before rcu_barrier. */
-	cds_list_for_each_safe(pos, next, &e->sinks)
-	{
-		s = caa_container_of(pos, struct fanout_sink, node);
+	if (!e->sinks)
+		return;
+	/* Quiescent engine: nobody publishes; free synchronously so the
+	 * records the sinks release are queued before rcu_barrier. */
+	fanout__read_lock();
+	fanout__lfht_for_each(e->sinks, &iter, node) {
+		s = caa_container_of(node, struct fanout_sink, node);
 		FQ_HANDOFF_ACQUIRE(s);
 		sink_unlink(s);
 		drain_and_close(s);
 		fanout__free(s, sizeof(*s));
 	}
+	fanout__read_unlock();
+	cds_lfht_destroy(e->sinks, NULL);
+	e->sinks = NULL;
 }

@@ -24,13 +24,12 @@
  * interrupts itself) or the interrupter's fence comes after the kid's in
  * the single total order, so it sees has_kids and the inserted record.
  *
- * Engines.  Every engine is on one RCU list.  Walkers read it under
- * rcu_read_lock; create adds and destroy removes with the list mutex held,
+ * Engines.  Every engine is in one process-wide cds_lfht (liburcu's
+ * lock-free hash set, keyed by the engine's serial, no resizing, so no
+ * helper thread): create adds it and destroy removes it, both lock-free,
  * and destroy waits for a grace period (synchronize_rcu) before it frees
- * the engine's table.  The mutex is the one lock in lib/: a cold path
- * (engine create and destroy, and fork(), which holds it so the child
- * gets the list whole), needed because liburcu's RCU list allows one
- * writer at a time; no reader takes it.
+ * the engine's table, so no walker (under rcu_read_lock) still reads it.
+ * The set is made once (pthread_once) and lives as long as the process.
  */
 #include "internal.h"
 
@@ -38,37 +37,40 @@
 #include <pthread.h>
 #include <string.h>
 
-static CDS_LIST_HEAD(engines);
-/* Writers of `engines` only (fanout_create/fanout_destroy): see above. */
-static pthread_mutex_t engines_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cds_lfht *engines; /* I after engines_once */
+static pthread_once_t engines_once = PTHREAD_ONCE_INIT;
+static _Atomic uint64_t serials;
 
-/* fork.c holds the list lock across fork(), so a child never inherits it
- * taken by a thread that does not exist there. */
-void fanout__engines_lock(void)
+static void engines_make(void)
 {
-	pthread_mutex_lock(&engines_lock);
+	engines = cds_lfht_new_flavor(64, 64, 0, 0, &urcu_bp_flavor, NULL);
 }
 
-void fanout__engines_unlock(void)
+/* The registry exists (made once per process); -ENOMEM if it cannot be. */
+int fanout__engines_init(void)
 {
-	pthread_mutex_unlock(&engines_lock);
+	pthread_once(&engines_once, engines_make);
+	return engines ? 0 : -ENOMEM;
 }
 
 void fanout__engines_add(struct fanout_engine *e)
 {
-	static uint64_t serials; /* under engines_lock */
-
-	pthread_mutex_lock(&engines_lock);
-	e->serial = ++serials;
-	cds_list_add_rcu(&e->engines_node, &engines);
-	pthread_mutex_unlock(&engines_lock);
+	/* relaxed: a distinct value is all that is needed (RMW order). */
+	e->serial =
+		atomic_fetch_add_explicit(&serials, 1, memory_order_relaxed) +
+		1;
+	cds_lfht_node_init(&e->engines_node);
+	fanout__read_lock();
+	FQ_HANDOFF_RELEASE(e);
+	cds_lfht_add(engines, (unsigned long)e->serial, &e->engines_node);
+	fanout__read_unlock();
 }
 
 void fanout__engines_del(struct fanout_engine *e)
 {
-	pthread_mutex_lock(&engines_lock);
-	cds_list_del_rcu(&e->engines_node);
-	pthread_mutex_unlock(&engines_lock);
+	fanout__read_lock();
+	cds_lfht_del(engines, &e->engines_node);
+	fanout__read_unlock();
 	synchronize_rcu(); /* no walker still reads e's table */
 }
 
@@ -91,8 +93,9 @@ void fanout__tree_cancel(struct record *rec, unsigned how)
 	struct kid_scan k = {.parent = rec->id,
 			     .engine = rec->e->serial,
 			     .how = how | CANCEL_TREE};
+	struct cds_lfht_iter iter;
+	struct cds_lfht_node *node;
 	struct fanout_engine *e;
-	struct cds_list_head *pos;
 
 	/* seq_cst fence: the interrupter's half of "Tree" (after the
 	 * fetch_or in fanout__cancel_rec, before the load of has_kids). */
@@ -100,11 +103,9 @@ void fanout__tree_cancel(struct record *rec, unsigned how)
 	if (!atomic_load_explicit(&rec->has_kids, memory_order_relaxed))
 		return;
 	fanout__read_lock();
-	/* Not cds_list_for_each_entry_rcu: its container_of on the list head
-	 * that ends the loop is undefined behaviour (UBSan flags it). */
-	cds_list_for_each_rcu(pos, &engines)
-	{
-		e = caa_container_of(pos, struct fanout_engine, engines_node);
+	fanout__lfht_for_each(engines, &iter, node) {
+		e = caa_container_of(node, struct fanout_engine, engines_node);
+		FQ_HANDOFF_ACQUIRE(e);
 		fanout__table_for_each(e, cancel_kid, &k);
 	}
 	fanout__read_unlock();
