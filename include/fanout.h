@@ -643,6 +643,13 @@ FANOUT_API int fanout_dispatch(struct fanout_engine *e,
  * inside a child cannot deadlock, even with one worker.  max_async does not
  * apply (the caller's thread is the capacity).
  *
+ * Work-first: the caller starts on its own children at once.  Workers that
+ * are spinning (idle for less than spin_ns) join the batch once it has run
+ * for 2 us, so a batch the caller finishes sooner is run by the caller
+ * alone and moves no data between cores; parked workers are woken at the
+ * start, so long children run in parallel after an idle spell too.  Which
+ * thread runs which child is therefore not fixed; the results are.
+ *
  * Context: blocks until every child has finished.
  * Return: 0 (the children's outcomes are in the event, not here); -EINVAL;
  * -E2BIG; -ELOOP when called from a child at depth max_depth; -ENOMEM;

@@ -61,6 +61,13 @@ FANOUT_API int fanout_test_block_cache(struct fanout_engine *e, size_t *bytes,
 FANOUT_API int fanout_test_mallctl(const char *name, void *oldp,
 				   size_t *oldlenp, void *newp, size_t newlen);
 
+/**
+ * fanout_test_offers_taken() - tokens of fanout_run batches that workers
+ * took from work-first offers (not from the ring), summed over @e's
+ * workers since it was created.  0 for NULL.
+ */
+FANOUT_API uint64_t fanout_test_offers_taken(struct fanout_engine *e);
+
 #ifdef __cplusplus
 }
 #endif

@@ -56,3 +56,16 @@ int fanout_test_block_cache(struct fanout_engine *e, size_t *bytes,
 	*hits = atomic_load_explicit(&e->blocks.hits, memory_order_relaxed);
 	return 0;
 }
+
+uint64_t fanout_test_offers_taken(struct fanout_engine *e)
+{
+	struct fq_worker_stats st;
+	uint64_t n = 0;
+	unsigned i;
+
+	for (i = 0; e && i < e->cfg.workers; i++) {
+		fq_worker_stats(e->q, i, &st);
+		n += st.offers;
+	}
+	return n;
+}

@@ -65,6 +65,34 @@
  *    the waiter CASes 0 -> 2 before sleeping on 2; the signaller exchanges
  *    in 1 and calls FUTEX_WAKE only if it took out a 2.  A wake that beats
  *    the sleep finds the word != 2 in the kernel and returns immediately.
+ *
+ * 7. Offers (work-first).  A thread about to run a work item itself (the
+ *    fanout_run caller) may offer n tokens of it in one of FQ_OFFERS
+ *    slots instead of the ring.  A slot is owned by whoever set its bit in
+ *    `offers_open` (fetch_or; the bit was clear) until it clears it again.
+ *    Its `word` is generation << 32 | tokens left; only the owner writes
+ *    the generation, takers only decrement the low half with a CAS.
+ *    Exactly once: every token is taken by exactly one successful CAS
+ *    (n -> n - 1) or returned by the owner's exchange (k -> 0), all RMWs
+ *    of one word, hence totally ordered; after the exchange the low half
+ *    stays 0 until the owner opens the slot again with a new generation.
+ *    No stale item: a taker reads `word` (acquire; the owner's exchange
+ *    that opened the offer heads a release sequence that the takers' CASes
+ *    continue), then `w`, then CASes the word it read; the owner rewrites
+ *    `w` only after its closing exchange changed the word, so a CAS that
+ *    succeeds took a token of the item it read.  No offer left behind:
+ *    the owner's exchange that opens the offer, then its load of
+ *    `spinning`, and a spinner's decrement of `spinning`, then its loads of
+ *    `offers_open` and `word` before it parks, are all seq_cst; so either
+ *    the owner saw no spinner (and withdraws the offer and submits the
+ *    tokens to the ring, argument 2 and 3 take over), or the parking
+ *    spinner sees the offer and takes a token whatever its age.  A spinner
+ *    that takes one stops spinning and hands on ring tokens as if it had
+ *    taken a ring token (argument 3).  While it spins, a spinner takes a
+ *    token only from an offer FQ_OFFER_HOLD_NS old: the offering thread
+ *    runs the item itself meanwhile, so a batch it finishes sooner costs
+ *    no cross-core traffic, and a long one gets help within 2 us of its
+ *    start whatever its first child does.
  */
 #include "fq.h"
 #include "clock.h"
@@ -97,6 +125,7 @@ struct fq_worker {
 	_Atomic uint64_t items;	  /* W: read by stats with relaxed loads */
 	_Atomic uint64_t parks;	  /* W */
 	_Atomic uint64_t wakeups; /* W */
+	_Atomic uint64_t offers;  /* W: tokens taken from offers */
 } __attribute__((aligned(FQ_CACHELINE)));
 
 struct fq {
@@ -123,9 +152,23 @@ struct fq {
 	_Atomic int app_cpu __attribute__((aligned(FQ_CACHELINE))); /* hint */
 	_Atomic bool stopping;
 	bool stopped; /* only fq_stop's caller */
+
+	/* Offers (argument 7): written by offering threads, read by spinners
+	 * every 64 spin steps. */
+	_Atomic uint64_t offers_open __attribute__((aligned(FQ_CACHELINE)));
+	struct fq_offer *offers; /* I: FQ_OFFERS slots */
 };
 
+/* One offer slot (argument 7). */
+#define FQ_OFFERS 64
+struct fq_offer {
+	_Atomic uint64_t word;	     /* A: generation << 32 | tokens left */
+	_Atomic(struct fq_work *) w; /* A: written by the owner only */
+	_Atomic uint64_t t0;	     /* A: fq_cycles() at open; a hint */
+} __attribute__((aligned(FQ_CACHELINE)));
+
 static FQ_TLS struct fq_worker *tls_self;
+static FQ_TLS unsigned tls_offer_hint; /* where this thread last offered */
 _Atomic long fq__fail_thread_at;
 
 static long futex(_Atomic uint32_t *uaddr, int op, uint32_t val,
@@ -153,6 +196,112 @@ static bool app_cpu_worker(const struct fq_worker *self)
 		       self->cpu;
 }
 
+/* --------------------------------------------------------------- offers */
+
+int fq_offer_open(struct fq *q, struct fq_work *w, unsigned n)
+{
+	unsigned k;
+
+	for (k = 0; k < FQ_OFFERS; k++) {
+		unsigned i = (tls_offer_hint + k) % FQ_OFFERS;
+		uint64_t bit = 1ull << i, gen;
+		struct fq_offer *o = &q->offers[i];
+
+		/* relaxed: a look; the fetch_or decides. */
+		if (atomic_load_explicit(&q->offers_open,
+					 memory_order_relaxed) &
+		    bit)
+			continue;
+		/* acquire: the slot's previous owner's accesses (its close)
+		 * happen before ours; pairs with the release fetch_and in
+		 * fq_offer_close(). */
+		if (atomic_fetch_or_explicit(&q->offers_open, bit,
+					     memory_order_acquire) &
+		    bit)
+			continue;
+		tls_offer_hint = i;
+		/* relaxed: only the owner writes the generation. */
+		gen = (atomic_load_explicit(&o->word, memory_order_relaxed) >>
+		       32) +
+		      1;
+		/* relaxed: published by the exchange below (argument 7). */
+		atomic_store_explicit(&o->w, w, memory_order_relaxed);
+		atomic_store_explicit(&o->t0, fq_cycles(), memory_order_relaxed);
+		FQ_HANDOFF_RELEASE(w);
+		/* seq_cst: the release that publishes the item to takers, and
+		 * the store of argument 7's pair with a parking spinner (before
+		 * the caller's fq_spinners()). */
+		atomic_exchange_explicit(&o->word, gen << 32 | n,
+					 memory_order_seq_cst);
+		return (int)i;
+	}
+	return -1;
+}
+
+bool fq_spinners(struct fq *q)
+{
+	/* seq_cst: the load of argument 7's pair (after the open). */
+	return atomic_load_explicit(&q->spinning, memory_order_seq_cst) != 0;
+}
+
+unsigned fq_offer_close(struct fq *q, int slot)
+{
+	struct fq_offer *o = &q->offers[slot];
+	/* relaxed: only the owner writes the generation. */
+	uint64_t gen = atomic_load_explicit(&o->word, memory_order_relaxed) >>
+		       32;
+	/* relaxed: the tokens' ownership is the RMW order alone; what the
+	 * owner does with the count (drop references) has its own order. */
+	uint64_t old = atomic_exchange_explicit(&o->word, gen << 32,
+						memory_order_relaxed);
+
+	/* release: pairs with the acquire fetch_or of the next owner. */
+	atomic_fetch_and_explicit(&q->offers_open, ~(1ull << slot),
+				  memory_order_release);
+	return (uint32_t)old;
+}
+
+/* Take one token from an open offer: one old enough, or any with @any
+ * (a spinner about to park).  NULL if none. */
+static struct fq_work *offer_take(struct fq *q, bool any)
+{
+	/* seq_cst: argument 7, after the spinner's seq_cst decrement of
+	 * `spinning` on the parking path. */
+	uint64_t open =
+		atomic_load_explicit(&q->offers_open, memory_order_seq_cst);
+
+	while (open) {
+		unsigned i = (unsigned)__builtin_ctzll(open);
+		struct fq_offer *o = &q->offers[i];
+		/* seq_cst (acquire at least): argument 7. */
+		uint64_t word =
+			atomic_load_explicit(&o->word, memory_order_seq_cst);
+		struct fq_work *w;
+
+		open &= open - 1;
+		if (!(uint32_t)word)
+			continue;
+		/* relaxed: the age is a hint; a stale t0 only moves the
+		 * moment of joining. */
+		if (!any &&
+		    fq_cycles_to_ns(fq_cycles() -
+				    atomic_load_explicit(
+					    &o->t0, memory_order_relaxed)) <
+			    FQ_OFFER_HOLD_NS)
+			continue;
+		/* relaxed: validated by the CAS below (argument 7). */
+		w = atomic_load_explicit(&o->w, memory_order_relaxed);
+		/* acquire: the owner's writes before the open (the item). */
+		if (atomic_compare_exchange_strong_explicit(
+			    &o->word, &word, word - 1, memory_order_acquire,
+			    memory_order_relaxed)) {
+			FQ_HANDOFF_ACQUIRE(w);
+			return w;
+		}
+	}
+	return NULL;
+}
+
 /*
  * An idle worker's spin, until the ring has tokens, the queue stops or
  * spin_ns has passed.  The ring is checked with a plain size read, cheap
@@ -169,28 +318,35 @@ static bool app_cpu_worker(const struct fq_worker *self)
  * at once (a FUTEX_WAKE and a preemption of the application per dispatch)
  * serves it.  The measurements behind these rates are in doc/profile.txt.
  */
-static void spin_for_work(struct fq_worker *self, bool yield_always)
+static struct fq_work *spin_for_work(struct fq_worker *self,
+				     bool yield_always)
 {
 	struct fq *q = self->q;
 	uint64_t deadline = 0;
+	struct fq_work *w;
 	unsigned i;
 
 	for (i = 0;; i++) {
 		if (ck_ring_size(&q->ring) != 0 ||
 		    atomic_load_explicit(&q->stopping, memory_order_relaxed))
-			return;
+			return NULL;
 		if ((i & 63) == 0) {
 			uint64_t now = fq_now_ns();
 
 			if (!deadline)
 				deadline = now + q->spin_ns;
 			else if (now >= deadline)
-				return;
+				return NULL;
+			/* relaxed: a look; offer_take decides (argument 7). */
+			if (atomic_load_explicit(&q->offers_open,
+						 memory_order_relaxed) &&
+			    (w = offer_take(q, false)))
+				return w;
 		}
 		if (yield_always)
 			sched_yield();
 		else if (app_cpu_worker(self))
-			return;
+			return NULL;
 		else if ((i & 1023) == 1023)
 			sched_yield();
 		else
@@ -413,6 +569,15 @@ static void hand_on(struct fq *q)
 		kick(q, left);
 }
 
+/* Run a token taken from an offer: as a ring token taken after spinning
+ * (argument 3's hand-on), counted apart for the tests. */
+static void run_offer(struct fq_worker *self, struct fq_work *w)
+{
+	hand_on(self->q);
+	bump(&self->offers);
+	run_item(self, w);
+}
+
 static void *worker_main(void *arg)
 {
 	struct fq_worker *self = arg;
@@ -444,7 +609,11 @@ static void *worker_main(void *arg)
 				self->counted = false;
 				stop_spinning(q);
 			}
-			spin_for_work(self, true);
+			w = spin_for_work(self, true);
+			if (w) {
+				run_offer(self, w);
+				continue;
+			}
 		} else {
 			/* seq_cst: we are counted as a spinner from here (or
 			 * from fq_tail()) until stop_spinning() below. */
@@ -452,15 +621,26 @@ static void *worker_main(void *arg)
 				atomic_fetch_add_explicit(&q->spinning, 1,
 							  memory_order_seq_cst);
 			self->counted = false;
-			spin_for_work(self, false);
+			w = spin_for_work(self, false);
 			/* We stop counting as a spinner BEFORE announcing
 			 * ourselves as a waiter, so every token a producer
 			 * left to us precedes the re-check below (arg. 3). */
 			stop_spinning(q);
+			if (w) { /* an offer's token (argument 7) */
+				run_offer(self, w);
+				continue;
+			}
 		}
 		if (take(q, &w)) {
 			hand_on(q);
 			run_item(self, w);
+			continue;
+		}
+		/* An offer still open now may have counted on us: take it
+		 * whatever its age rather than park (argument 7). */
+		w = offer_take(q, true);
+		if (w) {
+			run_offer(self, w);
 			continue;
 		}
 		/* Park (argument 2): announce, re-check, sleep. */
@@ -562,12 +742,15 @@ int fq_create(const struct fq_params *p, struct fq **out)
 	memset(q, 0, sizeof(*q));
 	q->buf = fanout__alloc(sizeof(*q->buf) * p->slots);
 	q->workers = fanout__alloc(sizeof(*q->workers) * p->workers);
-	if (!q->buf || !q->workers) {
+	q->offers = fanout__alloc(sizeof(*q->offers) * FQ_OFFERS);
+	if (!q->buf || !q->workers || !q->offers) {
 		err = -ENOMEM;
 		goto out_free;
 	}
 	memset(q->buf, 0, sizeof(*q->buf) * p->slots);
 	memset(q->workers, 0, sizeof(*q->workers) * p->workers);
+	memset(q->offers, 0, sizeof(*q->offers) * FQ_OFFERS);
+	atomic_init(&q->offers_open, 0);
 	ck_ring_init(&q->ring, p->slots);
 	q->nworkers = p->workers;
 	q->capacity = p->slots - 1;
@@ -600,6 +783,7 @@ int fq_create(const struct fq_params *p, struct fq **out)
 out_stop:
 	fq_stop(q);
 out_free:
+	fanout__free(q->offers, sizeof(*q->offers) * FQ_OFFERS);
 	fanout__free(q->workers, sizeof(*q->workers) * p->workers);
 	fanout__free(q->buf, sizeof(*q->buf) * p->slots);
 	fanout__free(q, sizeof(*q));
@@ -634,17 +818,10 @@ void fq_free_forked(struct fq *q)
 {
 	if (!q)
 		return;
+	fanout__free(q->offers, sizeof(*q->offers) * FQ_OFFERS);
 	fanout__free(q->workers, sizeof(*q->workers) * q->nworkers);
 	fanout__free(q->buf, sizeof(*q->buf) * (q->capacity + 1));
 	fanout__free(q, sizeof(*q));
-}
-
-void fq_help_wait(struct fq *q, struct fq_work *w, unsigned extra,
-		  _Atomic uint32_t *done)
-{
-	fq_submit(q, w, extra);
-	w->fn(w);
-	fq_done_wait(done, q->spin_ns);
 }
 
 /*
@@ -706,5 +883,6 @@ void fq_worker_stats(const struct fq *q, unsigned i, struct fq_worker_stats *st)
 	st->items = atomic_load_explicit(&wk->items, memory_order_relaxed);
 	st->parks = atomic_load_explicit(&wk->parks, memory_order_relaxed);
 	st->wakeups = atomic_load_explicit(&wk->wakeups, memory_order_relaxed);
+	st->offers = atomic_load_explicit(&wk->offers, memory_order_relaxed);
 	st->cpu = wk->cpu;
 }

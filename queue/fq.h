@@ -16,11 +16,11 @@
  * Which operations may run concurrently (yes = any number of threads, in
  * any mix, without external synchronisation):
  *
- *                      reserve submit unreserve help  ec_*  stop  init/free
+ *                      reserve submit unreserve offer ec_*  stop  init/free
  *   fq_reserve          yes     yes    yes       yes   yes   yes   no
  *   fq_submit           yes     yes    yes       yes   yes   no(1) no
  *   fq_unreserve        yes     yes    yes       yes   yes   yes   no
- *   fq_help_wait        yes     yes    yes       yes   yes   no(1) no
+ *   fq_offer_*          yes     yes    yes       yes   yes   no(1) no
  *   fq_ec_* (one ec)    yes     yes    yes       yes   yes   yes   no
  *   fq_stop             yes     no(1)  yes       no(1) yes   no    no
  *   (1) the caller must know no submit is in progress or will follow; the
@@ -106,6 +106,7 @@ struct fq_worker_stats {
 	uint64_t items; /* tokens run */
 	uint64_t parks;
 	uint64_t wakeups;
+	uint64_t offers; /* tokens taken from offers (fq_offer_open) */
 	int cpu;
 };
 
@@ -133,14 +134,23 @@ void fq_unreserve(struct fq *q, unsigned n);
 void fq_submit(struct fq *q, struct fq_work *w, unsigned n);
 
 /*
- * Help-while-wait for a synchronous join: submit @extra tokens of @w (credits
- * held) for idle workers, run w->fn(w) on the calling thread, then wait until
- * *done is signalled with fq_done_signal().  The caller runs only @w, never
- * unrelated work, so a join nested inside a work item cannot deadlock as
- * long as every started item finishes.
+ * Work-first offers (fq.c, argument 7), for a thread that is about to run
+ * @w itself and would accept help: fq_offer_open() publishes @n tokens of
+ * @w where SPINNING workers look, without waking anyone and without ring
+ * credits.  A spinner takes one only once the offer is FQ_OFFER_HOLD_NS
+ * old (or when it is about to park), so a short batch is finished by its
+ * caller alone and no cache line crosses cores for it.  Returns the offer's
+ * slot, or -1 when every slot is in use (submit to the ring instead).
+ * fq_spinners() then says whether a spinner is counted: if not, nobody
+ * may ever look at the offer, and the caller closes it and submits the
+ * tokens to the ring (which wakes parked workers).  fq_offer_close()
+ * withdraws the offer and returns how many tokens nobody took; each taken
+ * token calls w->fn(w) once, on a worker, like a ring token.
  */
-void fq_help_wait(struct fq *q, struct fq_work *w, unsigned extra,
-		  _Atomic uint32_t *done);
+#define FQ_OFFER_HOLD_NS 2000
+int fq_offer_open(struct fq *q, struct fq_work *w, unsigned n);
+bool fq_spinners(struct fq *q);
+unsigned fq_offer_close(struct fq *q, int slot);
 
 /*
  * Help-while-wait for a thread with nothing else to do while it waits for

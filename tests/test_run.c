@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* test_run.c - fanout_run: synchronous join, nesting, depth, helping. */
 #include "common.h"
+#include "fanout_testing.h"
 
 static void run_returns_event(void **state)
 {
@@ -617,6 +618,143 @@ static void run_child_dispatches_background(void **state)
 	fanout_destroy(e);
 }
 
+/*
+ * Work-first (queue/fq.c, argument 7).  Child 0 waits for child 1 to
+ * start; the caller claims child 0 first, so the batch finishes only if
+ * another thread runs child 1 while the caller is inside child 0.  With
+ * workers spinning (spin_ns 1 s), the caller OFFERS its tokens and a
+ * spinner must take one once the offer is old enough; with workers
+ * parking at once (spin_ns 1 ns), the tokens go through the ring and a
+ * worker must be woken.  A lost offer or a lost wake-up times out child 0.
+ */
+struct sibling_wait {
+	atomic_int started1;
+	pthread_t t1;
+};
+
+static int wait_for_sibling(struct fanout_child *c, void *arg)
+{
+	struct sibling_wait *w = arg;
+
+	if (fanout_child_index(c) == 1) {
+		w->t1 = pthread_self();
+		atomic_store(&w->started1, 1);
+		return 0;
+	}
+	return wait_ge(&w->started1, 1, WAIT_MS) ? 0 : -ETIMEDOUT;
+}
+
+static void sibling_runs_elsewhere(uint64_t spin_ns, bool offered)
+{
+	struct fanout_engine *e = NEW_ENGINE(
+		.workers = 2, .flags = FANOUT_NO_PIN, .spin_ns = spin_ns);
+
+	for (int round = 0; round < 20; round++) {
+		struct sibling_wait w = {0};
+		struct fanout_task t[2] = {{"waits", wait_for_sibling, &w},
+					   {"sibling", wait_for_sibling, &w}};
+		struct fanout_batch b = {.tasks = t, .ntasks = 2};
+		struct fanout_event *ev = NULL;
+
+		if (!offered)
+			usleep(2000); /* every worker parked */
+		assert_int_equal(fanout_run(e, &b, &ev), 0);
+		assert_int_equal(ev->ncompleted, 2);
+		assert_int_equal(ev->results[0].code, 0);
+		assert_int_equal(ev->results[1].code, 0);
+		fanout_event_free(ev);
+	}
+	if (offered)
+		assert_true(fanout_test_offers_taken(e) > 0);
+	else
+		assert_int_equal(fanout_test_offers_taken(e), 0);
+	fanout_destroy(e);
+}
+
+static void run_offer_taken_by_spinner(void **state)
+{
+	sibling_runs_elsewhere(1000000000ull, true);
+}
+
+static void run_tokens_wake_parked_workers(void **state)
+{
+	sibling_runs_elsewhere(1, false);
+}
+
+/* Offers under churn: nested runs from several application threads and
+ * from children at once, every batch's children each run exactly once. */
+struct churn {
+	struct fanout_engine *e;
+	atomic_int runs;
+};
+
+static int count_child(struct fanout_child *c, void *arg)
+{
+	atomic_fetch_add(&((struct churn *)arg)->runs, 1);
+	return 0;
+}
+
+static int nested_runner(struct fanout_child *c, void *arg)
+{
+	struct churn *ch = arg;
+	struct fanout_task t[4];
+	struct fanout_batch b = {.tasks = t, .ntasks = 4};
+	struct fanout_event *ev = NULL;
+	int rc;
+
+	for (int i = 0; i < 4; i++)
+		t[i] = (struct fanout_task){"leaf", count_child, ch};
+	rc = fanout_run(ch->e, &b, &ev);
+	if (rc)
+		return rc;
+	rc = ev->ncompleted == 4 ? 0 : -EPROTO;
+	fanout_event_free(ev);
+	atomic_fetch_add(&ch->runs, 1);
+	return rc;
+}
+
+static void *churn_thread(void *arg)
+{
+	struct churn *ch = arg;
+
+	for (int i = 0; i < 300; i++) {
+		struct fanout_task t[3];
+		struct fanout_batch b = {.tasks = t, .ntasks = 3};
+		struct fanout_event *ev = NULL;
+
+		for (int k = 0; k < 3; k++)
+			t[k] = (struct fanout_task){"mid", nested_runner, ch};
+		if (fanout_run(ch->e, &b, &ev) || ev->ncompleted != 3)
+			return (void *)1;
+		fanout_event_free(ev);
+	}
+	return NULL;
+}
+
+static void run_offers_under_churn(void **state)
+{
+	struct churn ch = {.e = NEW_ENGINE(.workers = 2,
+					   .flags = FANOUT_NO_PIN,
+					   .spin_ns = 1000000)};
+	pthread_t th[3];
+	void *ret;
+
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, churn_thread, &ch),
+				 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(pthread_join(th[i], &ret), 0);
+		assert_null(ret);
+	}
+	/* 3 threads x 300 runs x 3 mid children x (4 leaves + itself) */
+	assert_int_equal(atomic_load(&ch.runs), 3 * 300 * 3 * 5);
+	struct fanout_stats st = stats_of(ch.e);
+	assert_int_equal(st.runs, 3 * 300 * 4);
+	assert_int_equal(st.completed, 3 * 300 * 4);
+	assert_int_equal(st.running, 0);
+	fanout_destroy(ch.e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -639,6 +777,9 @@ int main(void)
 		TC(run_nested_never_runs_unrelated_work),
 		TC(run_ignores_max_async),
 		TC(run_child_dispatches_background),
+		TC(run_offer_taken_by_spinner),
+		TC(run_tokens_wake_parked_workers),
+		TC(run_offers_under_churn),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
