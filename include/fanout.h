@@ -258,7 +258,11 @@ FANOUT_API const char *fanout_status_name(enum fanout_status st);
  *                  depth d + 1, checked against B's max_depth, and
  *                  fanout_delegate(B) from it runs inline.
  * @keep_completed: finished records kept for lookup/list (default 1024, at
- *                  most 1<<24).  Each kept record holds its whole block
+ *                  most 1<<24).  Once its event is freed, a kept record
+ *                  is a 128-byte summary in the table (a "tomb": what
+ *                  fanout_lookup() shows) and its block is freed; a
+ *                  record whose session_key is longer than 47 bytes, or
+ *                  whose event is not freed yet, holds its whole block
  *                  (results and strings) until it is pruned.  Freed
  *                  blocks of 16 KiB or more (batches of about 150
  *                  children and up) are kept for reuse by the engine, up
@@ -465,10 +469,11 @@ struct fanout_event {
  * @background:   true for fanout_dispatch, false for fanout_run.
  * @cancelled:    fanout_cancel() or shutdown asked it to stop.
  * @user:         the batch's user pointer.
- * @session_key:  the batch's session_key, or NULL.  Points into the record:
- *                valid while the record is, i.e. read it right after the
- *                call, before the record can be pruned (keep_completed
- *                newer delegations finishing).  Copy it to keep it.
+ * @session_key:  the batch's session_key, or NULL.  Points into the record
+ *                (or its tomb, see keep_completed): valid while the
+ *                record is, i.e. read it right after the call, before the
+ *                record can be pruned (keep_completed newer delegations
+ *                finishing).  Copy it to keep it.
  * @npending:     deferred children not completed yet (see fanout_defer()).
  */
 struct fanout_info {

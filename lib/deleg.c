@@ -415,7 +415,9 @@ int fanout_cancel(struct fanout_engine *e, fanout_id id, unsigned how)
 		return -EOWNERDEAD;
 	fanout__read_lock();
 	rec = fanout__table_find(e, id);
-	err = rec ? fanout__cancel_rec(rec, how | CANCEL_USER) : -ENOENT;
+	err = rec			       ? fanout__cancel_rec(rec, how | CANCEL_USER) :
+	      fanout__table_finished(e, id) ? -EALREADY :
+					       -ENOENT;
 	fanout__read_unlock();
 	return err;
 }

@@ -121,6 +121,11 @@ int fanout_create(const struct fanout_config *cfg, struct fanout_engine **out)
 		err = fanout__engines_init();
 	if (err)
 		goto out_free;
+	/* liburcu starts its call_rcu thread on the first call_rcu(), and a
+	 * new thread inherits its creator's name: start it here, from the
+	 * application's thread, rather than let the first record freed on a
+	 * worker name it "fanout-w<n>" for the life of the process. */
+	(void)get_default_call_rcu_data();
 	/* relaxed: this process's own value; see fork.c. */
 	e->fork_gen =
 		atomic_load_explicit(&fanout__fork_gen, memory_order_relaxed);

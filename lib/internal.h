@@ -88,6 +88,7 @@ extern int fanout__rcu_token;
 struct fanout_timer;
 struct leftover;
 struct fanout_table;
+struct fanout_tomb;
 
 enum rec_state { REC_RUNNING = 0, REC_FINISHED = 1 };
 
@@ -248,7 +249,8 @@ struct fanout_engine {
 	struct fanout_table *table;	  /* I: records by id (table.c) */
 	struct cds_lfht *sinks;		  /* I: the set of its sinks (sink.c) */
 	struct fanout_sink *default_sink; /* I */
-	_Atomic(struct record *) *kept;	  /* A: cfg.keep_completed slots */
+	/* A: cfg.keep_completed slots: tombs of finished records (table.c) */
+	_Atomic(struct fanout_tomb *) *kept;
 	_Atomic uint64_t *st_worker_children; /* I pointer; per worker, W */
 	unsigned max_tokens; /* I: min(workers, max_children) */
 	uint32_t fork_gen;   /* I: fanout__fork_gen at creation (fork.c) */
@@ -344,6 +346,9 @@ int fanout__table_reserve(struct fanout_engine *e, struct record *rec);
 void fanout__table_insert(struct fanout_engine *e, struct record *rec);
 struct record *fanout__table_find(struct fanout_engine *e, fanout_id id);
 void fanout__table_retire(struct fanout_engine *e, struct record *rec);
+void fanout__table_tomb(struct fanout_engine *e, struct record *rec);
+uint32_t fanout__table_compact(struct record *rec);
+bool fanout__table_finished(struct fanout_engine *e, fanout_id id);
 /* Call fn(rec, arg) for every record in the table, under the read lock. */
 void fanout__table_for_each(struct fanout_engine *e,
 			    void (*fn)(struct record *rec, void *arg),

@@ -188,6 +188,8 @@ static void finalise(struct record *rec)
 	 * before the ring handoff) - snapshots never show completed > started. */
 	rec->finish_seq = atomic_fetch_add_explicit(&e->finish_seq, 1,
 						    memory_order_relaxed);
+	/* Before the event can be taken and freed (table.c, "Tombs"). */
+	fanout__table_tomb(e, rec);
 	atomic_fetch_add_explicit(&e->st_completed, 1, memory_order_release);
 
 	/* `state` turns FINISHED exactly when the event can be had, seen from

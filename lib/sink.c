@@ -403,8 +403,14 @@ int fanout_sink_fd(struct fanout_sink *s)
 
 void fanout_event_free(struct fanout_event *ev)
 {
-	if (ev)
-		fanout__rec_put(caa_container_of(ev, struct record, ev), 1);
+	struct record *rec;
+
+	if (!ev)
+		return;
+	rec = caa_container_of(ev, struct record, ev);
+	/* The event's reference, and the table's if the record's tomb took
+	 * its place (table.c, "Tombs"). */
+	fanout__rec_put(rec, fanout__table_compact(rec));
 }
 
 struct fanout_sink *fanout_default_sink(struct fanout_engine *e)

@@ -38,16 +38,35 @@
  * acquire load saw state == FINISHED, which pairs with the finaliser's
  * release store made after it wrote them.
  *
+ * Tombs.  Each slot has a tomb beside it in its chunk: a fixed-size
+ * summary of a finished record (what fanout_info shows, the session key
+ * if it fits).  The finaliser writes its slot's tomb BEFORE publishing the
+ * event (fanout__table_tomb).  Once the event is freed, the record is
+ * needed only for lookup and list, so fanout_event_free() swaps the
+ * slot's pointer from the record to the tagged tomb (CAS: it succeeds
+ * only while the slot still holds this record, whose event reference we
+ * hold, so no ABA) and drops the table's reference with its own: a kept
+ * finished record costs its tomb, ~128 bytes, instead of its whole block,
+ * and the block goes back to the allocator (and the block cache) warm,
+ * one grace period later.  A tomb is rewritten only by the next owner of
+ * its slot, after the slot was evicted and handed out again, so a reader
+ * that races with that write reads a torn tomb: the tomb's sequence
+ * count (odd while written) and its id, both checked after the copy, make
+ * the reader retry or miss (the id it looked for is gone).
+ *
  * Pruning.  Finished records are kept in `kept`, a ring of keep_completed
- * slots indexed by finish_seq mod K.  A finaliser, AFTER publishing its
- * event, CASes its record into slot finish_seq % K, evicting the record
- * there if that one is older, or evicting itself if a newer one (same slot,
- * so at least K later) already got there first.  A record r is evicted only
+ * slots indexed by finish_seq mod K, holding their tombs (stable memory:
+ * a tomb outlives its record).  A finaliser, AFTER publishing its
+ * event, CASes its tomb into slot finish_seq % K, evicting the one there
+ * if that one is older, or evicting itself if a newer one (same slot, so
+ * at least K later) already got there first.  A record r is evicted only
  * by the arrival of a record with finish_seq >= r.finish_seq + K in the same
  * slot; finish_seq values are taken in finalisation order, so at least K
  * delegations finished after r: invariant 4 of the design.  Eviction =
- * clearing its slot (inside the read lock) + dropping the table's
- * reference.
+ * exchanging its slot's pointer for NULL (inside the read lock), which
+ * hands the table's reference to the evicter if the pointer was still the
+ * record (the swap to the tomb dropped it otherwise: one RMW order on the
+ * slot decides), then pushing the slot back.
  */
 #include "internal.h"
 
@@ -67,12 +86,37 @@
 
 int fanout__rcu_token;
 
+/* A finished record's summary (see "Tombs").  Every field is written by
+ * the slot's owner inside the odd phase of `seq` and read by anyone, so
+ * they are relaxed atomics. */
+#define TOMB_KEY 48 /* bytes of session key a tomb holds, NUL included */
+#define TOMB_BG 0x10000u
+#define TOMB_CANCELLED 0x20000u
+#define TOMB_KEY_SET 0x40000u
+#define TOMB_DEPTH 0xffffu
+
+struct fanout_tomb {
+	_Atomic uint32_t seq; /* A: odd while the owner writes */
+	uint32_t slot;	      /* I */
+	_Atomic uint64_t id, finish_seq, dispatched_ns, completed_ns, cost;
+	_Atomic(void *) user;
+	_Atomic uint32_t ntasks, status, npending;
+	_Atomic uint32_t flags; /* depth | TOMB_* */
+	_Atomic uint64_t key[TOMB_KEY / 8];
+} __attribute__((aligned(CACHELINE)));
+
+/* A slot's pointer: a record, or its tomb with bit 0 set. */
+#define TOMB_TAG 1u
+#define IS_TOMB(p) (((uintptr_t)(p)) & TOMB_TAG)
+#define TOMB_OF(p) ((struct fanout_tomb *)((uintptr_t)(p) & ~(uintptr_t)TOMB_TAG))
+
 struct slot_chunk {
 	/* A: bit i set while slot i holds a record (list walks these). */
 	_Atomic uint64_t used[CHUNK / 64];
-	_Atomic(struct record *) rec[CHUNK]; /* A */
+	_Atomic(struct record *) rec[CHUNK]; /* A: record or tagged tomb */
 	_Atomic uint64_t gen[CHUNK];	     /* A: bumped per hand-out */
 	_Atomic uint32_t next[CHUNK];	     /* A: free stack link, idx+1 */
+	struct fanout_tomb tomb[CHUNK];
 };
 
 struct fanout_table {
@@ -127,6 +171,16 @@ static struct slot_chunk *chunk_of(struct fanout_table *t, uint32_t slot)
 				    memory_order_acquire);
 }
 
+static struct fanout_tomb *tomb_at(struct fanout_table *t, uint32_t slot)
+{
+	return &chunk_of(t, slot)->tomb[slot & (CHUNK - 1)];
+}
+
+static uint32_t slot_of(const struct fanout_engine *e, fanout_id id)
+{
+	return (uint32_t)((id ^ e->table->key) & SLOT_MASK);
+}
+
 /* Push slots [first, first + n) of one chunk, already linked, as one. */
 static void free_push(struct fanout_table *t, uint32_t first, uint32_t last)
 {
@@ -161,6 +215,8 @@ static int grow(struct fanout_table *t, uint32_t *slot)
 	base = n << CHUNK_SHIFT;
 	for (i = 1; i + 1 < CHUNK; i++)
 		atomic_init(&c->next[i], base + i + 2);
+	for (i = 0; i < CHUNK; i++)
+		c->tomb[i].slot = base + i;
 	/* release: the zeroed chunk is seen by whoever loads the pointer;
 	 * acquire on failure: another grower's chunk n is installed. */
 	if (!atomic_compare_exchange_strong_explicit(&t->chunk[n], &none, c,
@@ -253,60 +309,234 @@ struct record *fanout__table_find(struct fanout_engine *e, fanout_id id)
 	/* acquire: pairs with the release store in insert. */
 	rec = atomic_load_explicit(&c->rec[slot & (CHUNK - 1)],
 				   memory_order_acquire);
-	if (!rec)
-		return NULL;
+	if (!rec || IS_TOMB(rec))
+		return NULL; /* a tomb: finished, its block gone */
 	FQ_HANDOFF_ACQUIRE(rec);
 	return rec->id == id ? rec : NULL;
 }
 
-/* Caller holds the read lock. */
-static void evict(struct fanout_engine *e, struct record *rec)
+/* Copy @tb into @info if it is a consistent tomb of @id (any id if 0);
+ * false if it is being rewritten (retry) or is another record's. */
+static bool read_tomb(const struct fanout_tomb *tb, fanout_id id,
+		      struct fanout_info *info, bool *retry)
 {
-	uint32_t slot = (uint32_t)((rec->id ^ e->table->key) & SLOT_MASK);
+	/* acquire: pairs with the release store that closed the writer's
+	 * odd phase (fanout__table_tomb). */
+	uint32_t s = atomic_load_explicit(&tb->seq, memory_order_acquire);
+	uint32_t flags;
+	uint64_t key[TOMB_KEY / 8];
+
+	*retry = false;
+	if (s & 1) {
+		*retry = true;
+		return false;
+	}
+	memset(info, 0, sizeof(*info));
+	/* relaxed: validated by the sequence count below. */
+	info->id = atomic_load_explicit(&tb->id, memory_order_relaxed);
+	info->ntasks = atomic_load_explicit(&tb->ntasks, memory_order_relaxed);
+	info->ndone = info->ntasks;
+	info->status = (enum fanout_status)atomic_load_explicit(
+		&tb->status, memory_order_relaxed);
+	info->dispatched_ns =
+		atomic_load_explicit(&tb->dispatched_ns, memory_order_relaxed);
+	info->completed_ns =
+		atomic_load_explicit(&tb->completed_ns, memory_order_relaxed);
+	info->cost = fanout__bits_to_double(
+		atomic_load_explicit(&tb->cost, memory_order_relaxed));
+	info->user = atomic_load_explicit(&tb->user, memory_order_relaxed);
+	info->npending =
+		atomic_load_explicit(&tb->npending, memory_order_relaxed);
+	flags = atomic_load_explicit(&tb->flags, memory_order_relaxed);
+	for (unsigned i = 0; i < TOMB_KEY / 8; i++)
+		key[i] = atomic_load_explicit(&tb->key[i],
+					      memory_order_relaxed);
+	/* acquire fence: the loads above complete before the re-read. */
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&tb->seq, memory_order_relaxed) != s) {
+		*retry = true;
+		return false;
+	}
+	if (id && info->id != id)
+		return false;
+	info->depth = flags & TOMB_DEPTH;
+	info->background = (flags & TOMB_BG) != 0;
+	info->cancelled = (flags & TOMB_CANCELLED) != 0;
+	/* The key's bytes were checked consistent with the rest; the
+	 * pointer points at the tomb, valid until the slot is pruned. */
+	info->session_key = ((const char *)key)[0] ?
+				    (const char *)(const void *)tb->key :
+				    NULL;
+	return true;
+}
+
+/* Whether @id is a finished record whose block is gone (its tomb is in
+ * the table).  Caller holds the read lock. */
+bool fanout__table_finished(struct fanout_engine *e, fanout_id id)
+{
+	struct fanout_table *t = e->table;
+	uint32_t slot = slot_of(e, id);
+	struct fanout_info info;
+	struct record *p;
+	bool retry;
+
+	if ((slot >> CHUNK_SHIFT) >=
+	    atomic_load_explicit(&t->nchunks, memory_order_acquire))
+		return false;
+	do {
+		/* acquire: as in find; the tomb was published by the CAS. */
+		p = atomic_load_explicit(&chunk_of(t, slot)->rec[slot &
+								 (CHUNK - 1)],
+					 memory_order_acquire);
+		if (!IS_TOMB(p))
+			return false;
+	} while (!read_tomb(TOMB_OF(p), id, &info, &retry) && retry);
+	return !retry && info.id == id;
+}
+
+/* Empty slot @slot (its record finished, its tomb left the kept ring):
+ * exchange the pointer for NULL - if it was still the record, the table's
+ * reference is ours to drop - and push the slot back.  Caller holds the
+ * read lock. */
+static void evict(struct fanout_engine *e, uint32_t slot)
+{
 	struct slot_chunk *c = chunk_of(e->table, slot);
 	unsigned i = slot & (CHUNK - 1);
-	struct record *cur = rec;
+	/* acq_rel: one RMW order with fanout__table_compact()'s CAS decides
+	 * who drops the table's reference ("Tombs"); readers are protected
+	 * by RCU, not by this ordering. */
+	struct record *p = atomic_exchange_explicit(&c->rec[i], NULL,
+						    memory_order_acq_rel);
 
-	/* relaxed: the pointer's readers are protected by RCU, not by
-	 * ordering; the CAS makes exactly one evicter drop the reference. */
-	if (!atomic_compare_exchange_strong_explicit(&c->rec[i], &cur, NULL,
-						     memory_order_relaxed,
-						     memory_order_relaxed))
+	if (!p)
 		return;
 	/* relaxed: the bit is a hint for walkers, who re-check the slot. */
 	atomic_fetch_and_explicit(&c->used[i / 64], ~(1ull << (i % 64)),
 				  memory_order_relaxed);
 	free_push(e->table, slot, slot);
-	fanout__rec_put(rec, 1);
+	if (!IS_TOMB(p))
+		fanout__rec_put(p, 1);
+}
+
+/*
+ * Write @rec's tomb: the finaliser, after the event's fields and
+ * finish_seq are set, BEFORE the event is published (so a consumer that
+ * frees it at once finds the tomb complete).  relaxed stores inside the
+ * seqcount's odd phase; the release fence and store close it.
+ */
+void fanout__table_tomb(struct fanout_engine *e, struct record *rec)
+{
+	struct fanout_tomb *tb = tomb_at(e->table, slot_of(e, rec->id));
+	uint32_t s = atomic_load_explicit(&tb->seq, memory_order_relaxed);
+	uint32_t flags = rec->depth & TOMB_DEPTH;
+	size_t klen = rec->session_key ? strlen(rec->session_key) + 1 : 0;
+
+	atomic_store_explicit(&tb->seq, s + 1, memory_order_relaxed);
+	/* release fence: the odd count is seen before any field below
+	 * (pairs with the reader's acquire fence in read_tomb). */
+	atomic_thread_fence(memory_order_release);
+	atomic_store_explicit(&tb->id, rec->id, memory_order_relaxed);
+	atomic_store_explicit(&tb->finish_seq, rec->finish_seq,
+			      memory_order_relaxed);
+	atomic_store_explicit(&tb->dispatched_ns, rec->dispatched_ns,
+			      memory_order_relaxed);
+	atomic_store_explicit(&tb->completed_ns, rec->ev.completed_ns,
+			      memory_order_relaxed);
+	atomic_store_explicit(&tb->cost, fanout__double_to_bits(rec->ev.cost),
+			      memory_order_relaxed);
+	atomic_store_explicit(&tb->user, rec->user, memory_order_relaxed);
+	atomic_store_explicit(&tb->ntasks, rec->ntasks, memory_order_relaxed);
+	atomic_store_explicit(&tb->status, rec->ev.status,
+			      memory_order_relaxed);
+	atomic_store_explicit(
+		&tb->npending,
+		atomic_load_explicit(&rec->npending, memory_order_relaxed),
+		memory_order_relaxed);
+	if (rec->background)
+		flags |= TOMB_BG;
+	if (rec->ev.cancelled)
+		flags |= TOMB_CANCELLED;
+	if (klen <= TOMB_KEY) {
+		uint64_t w[TOMB_KEY / 8] = {0};
+
+		memcpy(w, rec->session_key ? rec->session_key : "", klen);
+		for (unsigned i = 0; i < TOMB_KEY / 8; i++)
+			atomic_store_explicit(&tb->key[i], w[i],
+					      memory_order_relaxed);
+		flags |= TOMB_KEY_SET;
+	}
+	atomic_store_explicit(&tb->flags, flags, memory_order_relaxed);
+	/* release: closes the odd phase; pairs with read_tomb's acquire. */
+	atomic_store_explicit(&tb->seq, s + 2, memory_order_release);
+}
+
+/*
+ * fanout_event_free(): the event is gone, so the record is needed only
+ * for lookup and list; if its slot still holds it and its tomb says all
+ * lookup needs, swap in the tomb.  Returns how many references the caller
+ * drops: 2 (the event's and the table's, now ours) or 1 (the event's).
+ */
+uint32_t fanout__table_compact(struct record *rec)
+{
+	struct fanout_engine *e = rec->e;
+	uint32_t slot = slot_of(e, rec->id);
+	struct slot_chunk *c = chunk_of(e->table, slot);
+	struct fanout_tomb *tb = &c->tomb[slot & (CHUNK - 1)];
+	struct record *cur = rec;
+
+	/* relaxed: our own finaliser (or us, via the event) wrote it, and
+	 * the slot is ours while we hold the event. */
+	if (!(atomic_load_explicit(&tb->flags, memory_order_relaxed) &
+	      TOMB_KEY_SET) ||
+	    atomic_load_explicit(&tb->id, memory_order_relaxed) != rec->id)
+		return 1; /* the session key did not fit: keep the record */
+	/* acq_rel: against evict's exchange (see there); release also
+	 * publishes the tomb to readers that load the tagged pointer. */
+	if (atomic_compare_exchange_strong_explicit(
+		    &c->rec[slot & (CHUNK - 1)], &cur,
+		    (struct record *)((uintptr_t)tb | TOMB_TAG),
+		    memory_order_acq_rel, memory_order_relaxed))
+		return 2;
+	return 1;
 }
 
 /* The finaliser, after publishing, with the read lock held: see "Pruning". */
 void fanout__table_retire(struct fanout_engine *e, struct record *rec)
 {
-	_Atomic(struct record *) *slot =
+	_Atomic(struct fanout_tomb *) *kslot =
 		&e->kept[rec->finish_seq % e->cfg.keep_completed];
-	/* acquire: the record we may evict was put there by another
+	struct fanout_tomb *mine = tomb_at(e->table, slot_of(e, rec->id));
+	/* acquire: the tomb we may evict was put there by another
 	 * finaliser's release CAS; we read its finish_seq. */
-	struct record *cur = atomic_load_explicit(slot, memory_order_acquire);
+	struct fanout_tomb *cur =
+		atomic_load_explicit(kslot, memory_order_acquire);
 
 	for (;;) {
-		if (cur && cur->finish_seq > rec->finish_seq) {
-			evict(e, rec); /* a record K or more newer is there */
+		/* relaxed: written before its owner's release CAS into the
+		 * ring, which our acquire load or failed CAS read. */
+		if (cur && atomic_load_explicit(&cur->finish_seq,
+						memory_order_relaxed) >
+				   rec->finish_seq) {
+			evict(e, mine->slot); /* one K or more newer is there */
 			return;
 		}
-		/* release: publishes rec->finish_seq to the next CAS-er. */
-		if (atomic_compare_exchange_weak_explicit(slot, &cur, rec,
+		/* release: publishes our tomb's finish_seq to the next
+		 * CAS-er. */
+		if (atomic_compare_exchange_weak_explicit(kslot, &cur, mine,
 							  memory_order_acq_rel,
 							  memory_order_acquire))
 			break;
 	}
 	if (cur)
-		evict(e, cur);
+		evict(e, cur->slot);
 }
 
-/* Call fn on every record in the table, inside the read lock. */
+/* Call fn on every record in the table, inside the read lock; and
+ * tomb_fn (if not NULL) on every tomb. */
 static void walk(struct fanout_engine *e,
-		 void (*fn)(struct record *rec, void *arg), void *arg)
+		 void (*fn)(struct record *rec, void *arg),
+		 void (*tomb_fn)(const struct fanout_tomb *tb, void *arg),
+		 void *arg)
 {
 	struct fanout_table *t = e->table;
 	uint32_t n = atomic_load_explicit(&t->nchunks, memory_order_acquire);
@@ -329,6 +559,11 @@ static void walk(struct fanout_engine *e,
 				bits &= bits - 1;
 				if (!rec)
 					continue;
+				if (IS_TOMB(rec)) {
+					if (tomb_fn)
+						tomb_fn(TOMB_OF(rec), arg);
+					continue;
+				}
 				FQ_HANDOFF_ACQUIRE(rec);
 				fn(rec, arg);
 			}
@@ -341,13 +576,8 @@ void fanout__table_for_each(struct fanout_engine *e,
 			    void *arg)
 {
 	fanout__read_lock();
-	walk(e, fn, arg);
+	walk(e, fn, NULL, arg);
 	fanout__read_unlock();
-}
-
-static void evict_one(struct record *rec, void *arg)
-{
-	evict(arg, rec);
 }
 
 /* Quiescent engine: every record is finished and no call is running. */
@@ -359,7 +589,17 @@ void fanout__table_destroy(struct fanout_engine *e)
 	if (!t)
 		return;
 	fanout__read_lock();
-	walk(e, evict_one, e);
+	for (i = 0; i < MAX_CHUNKS; i++) {
+		struct slot_chunk *c = atomic_load_explicit(
+			&t->chunk[i], memory_order_relaxed); /* quiescent */
+
+		if (!c)
+			break;
+		for (unsigned k = 0; k < CHUNK; k++)
+			if (atomic_load_explicit(&c->rec[k],
+						 memory_order_relaxed))
+				evict(e, c->tomb[k].slot);
+	}
 	fanout__read_unlock();
 	for (i = 0; i < e->cfg.keep_completed; i++)
 		atomic_store_explicit(&e->kept[i], NULL,
@@ -440,6 +680,14 @@ int fanout_lookup(struct fanout_engine *e, fanout_id id,
 	if (rec) {
 		snapshot(rec, info);
 		err = 0;
+	} else if (fanout__table_finished(e, id)) {
+		struct fanout_tomb *tb = tomb_at(e->table, slot_of(e, id));
+		bool retry;
+
+		/* The tomb may be rewritten between the two reads: then the
+		 * id is gone, as if pruned a moment earlier. */
+		if (read_tomb(tb, id, info, &retry))
+			err = 0;
 	}
 	fanout__read_unlock();
 	return err;
@@ -494,6 +742,19 @@ struct list_state {
 	size_t cap, seen, used;
 };
 
+static void list_info(struct list_state *l, const struct fanout_info *ip)
+{
+	struct fanout_info info = *ip;
+
+	if (l->used < l->cap) {
+		l->infos[l->used] = info;
+		sift_up(l->infos, l->used++);
+	} else if (info.dispatched_ns > l->infos[0].dispatched_ns) {
+		l->infos[0] = info;
+		sift_down(l->infos, l->used, 0);
+	}
+}
+
 static void list_one(struct record *rec, void *arg)
 {
 	struct list_state *l = arg;
@@ -503,13 +764,22 @@ static void list_one(struct record *rec, void *arg)
 	if (!l->cap)
 		return;
 	snapshot(rec, &info);
-	if (l->used < l->cap) {
-		l->infos[l->used] = info;
-		sift_up(l->infos, l->used++);
-	} else if (info.dispatched_ns > l->infos[0].dispatched_ns) {
-		l->infos[0] = info;
-		sift_down(l->infos, l->used, 0);
-	}
+	list_info(l, &info);
+}
+
+static void list_tomb(const struct fanout_tomb *tb, void *arg)
+{
+	struct list_state *l = arg;
+	struct fanout_info info;
+	bool retry;
+
+	/* A torn tomb is a slot being reused: its old record is gone and
+	 * the new one not finished yet, so it is skipped, not retried. */
+	if (!read_tomb(tb, 0, &info, &retry))
+		return;
+	l->seen++;
+	if (l->cap)
+		list_info(l, &info);
 }
 
 int fanout_list(struct fanout_engine *e, struct fanout_info *infos, size_t cap,
@@ -521,7 +791,9 @@ int fanout_list(struct fanout_engine *e, struct fanout_info *infos, size_t cap,
 		return -EINVAL;
 	if (fanout__inherited(e->fork_gen))
 		return -EOWNERDEAD;
-	fanout__table_for_each(e, list_one, &l);
+	fanout__read_lock();
+	walk(e, list_one, list_tomb, &l);
+	fanout__read_unlock();
 	if (l.used > 1)
 		qsort(infos, l.used, sizeof(*infos), newest_first);
 	*n = l.seen;

@@ -370,6 +370,82 @@ static void lookup_after_event_freed(void **state)
 	fanout_destroy(e);
 }
 
+/*
+ * Once its event is freed, a finished record is a tomb in the table
+ * (lib/table.c): lookup and list show the same snapshot as before the
+ * free, with the session key, and cancel says -EALREADY, not -ENOENT.  A
+ * key too long for a tomb keeps the whole record; both must look alike.
+ */
+static void finished_snapshot_survives_event_free(const char *key, bool run)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	struct tbatch *tb = tb_new(3);
+	struct fanout_info before, after, infos[2];
+	struct fanout_event *ev = NULL;
+	fanout_id id;
+	size_t n = 0;
+	int user;
+
+	tb->b.session_key = key;
+	tb->b.user = &user;
+	tb->probes[1].cost = 2.5;
+	if (run) {
+		assert_int_equal(fanout_run(e, &tb->b, &ev), 0);
+		id = ev->id;
+	} else {
+		id = must_dispatch(e, tb);
+		ev = must_wait(fanout_default_sink(e));
+	}
+	assert_int_equal(fanout_lookup(e, id, &before), 0);
+	fanout_event_free(ev);
+	assert_int_equal(fanout_lookup(e, id, &after), 0);
+	assert_true(after.id == id);
+	assert_int_equal(after.status, FANOUT_COMPLETED);
+	assert_int_equal(after.status, before.status);
+	assert_int_equal(after.ntasks, 3);
+	assert_int_equal(after.ndone, 3);
+	assert_int_equal(after.depth, 1);
+	assert_int_equal(after.background, !run);
+	assert_false(after.cancelled);
+	assert_ptr_equal(after.user, &user);
+	assert_true(after.dispatched_ns == before.dispatched_ns);
+	assert_true(after.completed_ns == before.completed_ns);
+	assert_true(after.completed_ns >= after.dispatched_ns);
+	assert_float_equal(after.cost, 2.5, 1e-9);
+	assert_non_null(after.session_key);
+	assert_string_equal(after.session_key, key);
+	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT),
+			 -EALREADY);
+	assert_int_equal(fanout_list(e, infos, 2, &n), 0);
+	assert_int_equal(n, 1);
+	assert_true(infos[0].id == id);
+	assert_string_equal(infos[0].session_key, key);
+	assert_int_equal(fanout_cancel(e, id ^ 0x1000000, FANOUT_CANCEL_PENDING),
+			 -ENOENT);
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
+static void lookup_tomb_background(void **state)
+{
+	finished_snapshot_survives_event_free("session-7", false);
+}
+
+static void lookup_tomb_run(void **state)
+{
+	finished_snapshot_survives_event_free("s", true);
+}
+
+static void lookup_long_key_keeps_record(void **state)
+{
+	char key[200];
+
+	memset(key, 'k', sizeof(key) - 1);
+	key[sizeof(key) - 1] = '\0';
+	finished_snapshot_survives_event_free(key, false);
+}
+
 /* A child looks up its own (synchronous, possibly nested) delegation. */
 struct selfcheck {
 	struct fanout_engine *e;
@@ -515,6 +591,9 @@ int main(void)
 		TC(lookup_after_event_freed),
 		TC(lookup_sync_records),
 		TC(lookup_concurrent_with_pruning),
+		TC(lookup_tomb_background),
+		TC(lookup_tomb_run),
+		TC(lookup_long_key_keeps_record),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
