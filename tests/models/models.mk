@@ -51,6 +51,16 @@ $(eval $(call models_run,park_wake-bug3-np,park_wake,fail,-DBUG=3,-DNP,-l))
 $(eval $(call models_run,park_wake-bug4,park_wake,fail,-DBUG=4,-DSAFETY,))
 $(eval $(call models_run,park_wake-bug5,park_wake,fail,-DBUG=5,-DSAFETY,))
 
+# work-first offers (queue/fq.c argument 7, lib/deleg.c help_offer): a
+# fanout_run caller whose child needs a sibling run elsewhere; 2 and 3
+# workers; a worker parking without its last look at the offers, an owner
+# that never checks for spinners, an owner that checks before it opens.
+$(eval $(call models_run,offers,offers,pass,,-DSAFETY,))
+$(eval $(call models_run,offers-W3,offers,pass,-DW=3,-DSAFETY,))
+$(eval $(call models_run,offers-bug1,offers,fail,-DBUG=1,-DSAFETY,))
+$(eval $(call models_run,offers-bug2,offers,fail,-DBUG=2,-DSAFETY,))
+$(eval $(call models_run,offers-bug3,offers,fail,-DBUG=3,-DSAFETY,))
+
 # shutdown drain: 2 delegations racing fanout_shutdown (D=3 needs > 3 GB)
 $(eval $(call models_run,shutdown_drain,shutdown_drain,pass,,-DSAFETY,))
 $(eval $(call models_run,shutdown_drain-bug1,shutdown_drain,fail,-DBUG=1,-DSAFETY,))
