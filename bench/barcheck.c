@@ -19,8 +19,10 @@
  * rounds (latency percentiles: over all samples of all rounds).  Every
  * child counts itself; a measurement whose count differs from what was
  * joined aborts the program.  Usage: barcheck [--rounds N] [--scale X]
- * [--quick] (--quick: 1 round, short runs, 100k records instead of 1M:
- * proves it runs, the figures are rough).  Exit 0 when it printed the
+ * [--quick] [--results FILE] (--quick: 1 round, short runs, 100k
+ * records instead of 1M: proves it runs, the figures are rough;
+ * --results: also write the output as the last section of FILE, the
+ * RESULTS.md fanout-bench just wrote).  Exit 0 when it printed the
  * table, whatever the bars say.
  */
 #include <fanout.h>
@@ -47,6 +49,11 @@
 #define MAX_INFLIGHT 16
 
 static unsigned nthreads = 2, rounds = 5;
+/* Everything printed goes here first: to stdout, and with --results also
+ * into that file (fanout-bench's RESULTS.md) as its last section. */
+static FILE *out;
+static char *out_buf;
+static size_t out_len;
 static double scale = 1;
 static bool quick;
 
@@ -587,11 +594,11 @@ static void bar(int holds, const char *what, const char *target,
 	va_end(ap);
 	n_hold += holds == 1;
 	n_miss += holds == 0;
-	printf("  %d [%s] %s\n        target %s; measured %s\n", ++bar_no,
-	       holds < 0 ? " ?? " :
-	       holds	 ? "HOLD" :
-			   "MISS",
-	       what, target, m);
+	fprintf(out, "  %d [%s] %s\n        target %s; measured %s\n", ++bar_no,
+		holds < 0 ? " ?? " :
+		holds	  ? "HOLD" :
+			    "MISS",
+		what, target, m);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -615,18 +622,83 @@ static unsigned inflight(unsigned n)
 	return n >= 16 ? 1 : 16 / n;
 }
 
+#define SECTION "\n## The independent check (bench/barcheck.c)\n"
+
+/*
+ * Replace (or add) the last section of @path, fanout-bench's RESULTS.md,
+ * with this run's output; a file without the bench's header is left alone.
+ */
+static void write_results(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		fprintf(stderr, "barcheck: %s: %s; not written\n", path,
+			strerror(errno));
+		return;
+	}
+	char *old = NULL;
+	size_t cap = 0, len = 0, k;
+	char chunk[65536];
+	while ((k = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+		if (len + k + 1 > cap) {
+			cap = 2 * (len + k + 1);
+			char *n = realloc(old, cap);
+			if (!n)
+				die("out of memory");
+			old = n;
+		}
+		memcpy(old + len, chunk, k);
+		len += k;
+		old[len] = 0;
+	}
+	fclose(f);
+	if (!old || strncmp(old, "# fanout-bench results", 22)) {
+		fprintf(stderr,
+			"barcheck: %s is not fanout-bench's results; "
+			"not written\n",
+			path);
+		free(old);
+		return;
+	}
+	char *cut = strstr(old, SECTION);
+	if (cut)
+		len = (size_t)(cut - old);
+	f = fopen(path, "w");
+	if (!f)
+		die("%s: %s", path, strerror(errno));
+	fwrite(old, 1, len, f);
+	fprintf(f,
+		SECTION
+		"\nWritten by `build/barcheck/barcheck` (`make run` runs "
+		"it right after fanout-bench): a separate program "
+		"built against the installed library with "
+		"`pkg-config --cflags --libs fanout`, sharing no code "
+		"with fanout-bench.\n\n```text\n%s```\n",
+		out_buf);
+	fclose(f);
+	free(old);
+	fprintf(stderr, "barcheck: wrote its section of %s\n", path);
+}
+
 int main(int argc, char **argv)
 {
+	const char *results = NULL;
+	out = open_memstream(&out_buf, &out_len);
+	if (!out)
+		die("open_memstream failed");
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--quick"))
 			quick = true;
+		else if (!strcmp(argv[i], "--results") && i + 1 < argc)
+			results = argv[++i];
 		else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
 			rounds = (unsigned)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--scale") && i + 1 < argc)
 			scale = atof(argv[++i]);
 		else {
 			fprintf(stderr, "usage: barcheck [--rounds N] "
-					"[--scale X] [--quick]\n");
+					"[--scale X] [--quick] "
+					"[--results RESULTS.md]\n");
 			return 2;
 		}
 	}
@@ -748,42 +820,49 @@ int main(int argc, char **argv)
 	double m_pc = median(pc512, rounds), m_ring = median(ring, rounds),
 	       m_py = median(py, npy);
 
-	printf("\n== independent check: bench/barcheck.c, built against the "
-	       "installed libfanout %s\n   (pkg-config --cflags --libs "
-	       "fanout); %u threads, %u rounds%s, %.1f s ==\n",
-	       fanout_version(), nthreads, rounds, quick ? " (--quick)" : "",
-	       (double)(now_ns() - t_start) / 1e9);
-	printf("   load average at start: %s; at end: %s\n", load0, load1);
-	printf("  %-16s %12s %12s %12s %12s   (children/s, medians)\n", "batch",
-	       "fanout", "onetbb", "fanout_run", "onetbb 1 in flt");
+	fprintf(out,
+		"\n== independent check: bench/barcheck.c, built against the "
+		"installed libfanout %s\n   (pkg-config --cflags --libs "
+		"fanout); %u threads, %u rounds%s, %.1f s ==\n",
+		fanout_version(), nthreads, rounds, quick ? " (--quick)" : "",
+		(double)(now_ns() - t_start) / 1e9);
+	fprintf(out, "   load average at start: %s; at end: %s\n", load0,
+		load1);
+	fprintf(out, "  %-16s %12s %12s %12s %12s   (children/s, medians)\n",
+		"batch", "fanout", "onetbb", "fanout_run", "onetbb 1 in flt");
 	for (unsigned s = 0; s < NS; s++) {
 		char lbl[32];
 		snprintf(lbl, sizeof(lbl), "%u (%u in flt)", sizes[s],
 			 inflight(sizes[s]));
-		printf("  %-16s %11.3gM %11.3gM %11.3gM %11.3gM\n", lbl,
-		       m_fo[s] / 1e6, m_tb[s] / 1e6, m_fr[s] / 1e6,
-		       m_tb1[s] / 1e6);
+		fprintf(out, "  %-16s %11.3gM %11.3gM %11.3gM %11.3gM\n", lbl,
+			m_fo[s] / 1e6, m_tb[s] / 1e6, m_fr[s] / 1e6,
+			m_tb1[s] / 1e6);
 	}
-	printf("  (fanout_run is always 1 in flight and is compared with the "
-	       "last column)\n");
-	printf("  hot single child, us: fanout p50 %.3f p999 %.3f; fanout_run "
-	       "p50 %.3f; onetbb p50 %.3f\n",
-	       fo_p50 / 1e3, fo_p999 / 1e3, run_p50 / 1e3, tbb_p50 / 1e3);
-	printf("  after 2 ms idle, p50 us: fanout %.2f; mutex+condvar pool "
-	       "%.2f\n",
-	       fo_park / 1e3, mp_park / 1e3);
-	printf("  batch 512: %.1f ns per child; raw ck_ring SPSC handoff %.1f "
-	       "ns/item\n",
-	       m_pc, m_ring);
-	printf("  records: lookup %.1f ns at 1k, %.1f ns at %zuk; list(100) "
-	       "%.2f us (keep_completed 2^20, 1000 records), %.2f us "
-	       "(max_async 2^20, 10 records)\n",
-	       rc.lookup_1k, rc.lookup_big, rc.big / 1000, rc.list_keep / 1e3,
-	       rc.list_async / 1e3);
-	printf("  python ThreadPoolExecutor, batch 64: %s\n",
-	       npy ? "measured" : "python3 not available");
+	fprintf(out,
+		"  (fanout_run is always 1 in flight and is compared with the "
+		"last column)\n");
+	fprintf(out,
+		"  hot single child, us: fanout p50 %.3f p999 %.3f; fanout_run "
+		"p50 %.3f; onetbb p50 %.3f\n",
+		fo_p50 / 1e3, fo_p999 / 1e3, run_p50 / 1e3, tbb_p50 / 1e3);
+	fprintf(out,
+		"  after 2 ms idle, p50 us: fanout %.2f; mutex+condvar pool "
+		"%.2f\n",
+		fo_park / 1e3, mp_park / 1e3);
+	fprintf(out,
+		"  batch 512: %.1f ns per child; raw ck_ring SPSC handoff %.1f "
+		"ns/item\n",
+		m_pc, m_ring);
+	fprintf(out,
+		"  records: lookup %.1f ns at 1k, %.1f ns at %zuk; list(100) "
+		"%.2f us (keep_completed 2^20, 1000 records), %.2f us "
+		"(max_async 2^20, 10 records)\n",
+		rc.lookup_1k, rc.lookup_big, rc.big / 1000, rc.list_keep / 1e3,
+		rc.list_async / 1e3);
+	fprintf(out, "  python ThreadPoolExecutor, batch 64: %s\n",
+		npy ? "measured" : "python3 not available");
 
-	printf("\n== the bars (issue 13), measured by barcheck ==\n");
+	fprintf(out, "\n== the bars (issue 13), measured by barcheck ==\n");
 	{
 		static const double need[NS] = {0.5, 1, 1, 1, 1};
 		char m[400];
@@ -854,8 +933,13 @@ int main(int argc, char **argv)
 		    "no-op children/s, batch 64, fanout vs Python's "
 		    "ThreadPoolExecutor",
 		    ">= 200x", "not measured (python3 missing)");
-	printf("  barcheck: %u hold, %u miss, %d not measured\n", n_hold,
-	       n_miss, bar_no - (int)(n_hold + n_miss));
+	fprintf(out, "  barcheck: %u hold, %u miss, %d not measured\n", n_hold,
+		n_miss, bar_no - (int)(n_hold + n_miss));
+	fclose(out);
+	fputs(out_buf, stdout);
+	if (results)
+		write_results(results);
+	free(out_buf);
 	free(h_fo);
 	free(h_run);
 	free(h_tbb);

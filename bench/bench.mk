@@ -50,7 +50,7 @@ $(BENCH_BIN): $(BENCH_OBJS) build/plain/libfanout.a
 
 run: deps bench-deps $(BENCH_BIN) $(BARCHECK_BIN)
 	$(BENCH_BIN) $(BENCH_ARGS)
-	$(BARCHECK_BIN) $(BARCHECK_ARGS)
+	$(BARCHECK_BIN) --results bench/RESULTS.md $(BARCHECK_ARGS)
 	@sh scripts/deps.sh $(PY_DEPS) && sh scripts/python-run.sh
 
 # The independent check of issue 13's bars (bench/barcheck.c and
@@ -58,7 +58,8 @@ run: deps bench-deps $(BENCH_BIN) $(BARCHECK_BIN)
 # against the library as installed - `make install` into
 # build/barcheck/prefix, then `pkg-config --cflags --libs fanout`, which
 # links libfanout.so - and run by `make run` after fanout-bench (about
-# 40 s).  `make barcheck` runs it alone; `make barcheck-smoke` runs it
+# 40 s) and added as the last section of bench/RESULTS.md.  `make
+# barcheck` runs it alone (stdout only); `make barcheck-smoke` runs it
 # with --quick and checks that it printed all nine bars (no timing is
 # judged there).
 BARCHECK_DIR    := build/barcheck
@@ -69,6 +70,7 @@ BARCHECK_PC     := PKG_CONFIG_PATH=$(BARCHECK_PREFIX)/lib/pkgconfig pkg-config
 .PHONY: barcheck barcheck-smoke
 
 $(BARCHECK_DIR)/installed: build/plain/libfanout.so build/plain/dist/libfanout.a \
+		build/plain/libfanout.a \
 		include/fanout.h fanout.pc.in
 	@mkdir -p $(dir $@)
 	$(MAKE) --no-print-directory install PREFIX=$(BARCHECK_PREFIX) >/dev/null
