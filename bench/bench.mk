@@ -1,8 +1,9 @@
 # Included by the top Makefile.  Owns every bench target.
 #
-#   make run          the full side-by-side comparison (about 3 minutes):
+#   make run          the full side-by-side comparison (about 4 minutes):
 #                     fanout, its peers, the physical limits; the table on
-#                     stdout, plots in bench/out/, bench/RESULTS.md
+#                     stdout ending with issue 13's bars, plots in
+#                     bench/out/, bench/RESULTS.md; then barcheck (below)
 #   make bench        the same with longer sweeps (--long)
 #   make bench-quick  fanout alone: orchestrator load, batch sweep, latency
 #   make barcheck     the independent check of the bars alone (see below)
