@@ -767,19 +767,29 @@ int main(int argc, char **argv)
 	size_t ih = 0, ip = 0;
 	uint64_t c0 = children_ran();
 	for (unsigned r = 0; r < rounds; r++) {
-		for (unsigned i = 0; i < nhot; i++, ih++) {
+		/*
+		 * One peer at a time (a block of samples each), not one sample
+		 * of each in turn: a peer's workers spin a while after their
+		 * last child, and on a small machine that would tax whoever
+		 * came next on every sample.
+		 */
+		for (unsigned i = 0; i < nhot; i++) {
 			uint64_t t0 = now_ns();
 			dispatch(e, 1);
 			take_event(sink, 1);
-			uint64_t t1 = now_ns();
-			run(e, 1);
-			uint64_t t2 = now_ns();
-			barcheck_tbb_batch(1);
-			uint64_t t3 = now_ns();
-			h_fo[ih] = t1 - t0;
-			h_run[ih] = t2 - t1;
-			h_tbb[ih] = t3 - t2;
+			h_fo[ih + i] = now_ns() - t0;
 		}
+		for (unsigned i = 0; i < nhot; i++) {
+			uint64_t t0 = now_ns();
+			run(e, 1);
+			h_run[ih + i] = now_ns() - t0;
+		}
+		for (unsigned i = 0; i < nhot; i++) {
+			uint64_t t0 = now_ns();
+			barcheck_tbb_batch(1);
+			h_tbb[ih + i] = now_ns() - t0;
+		}
+		ih += nhot;
 		for (unsigned i = 0; i < npark; i++, ip++) {
 			sleep_ns(2000000);
 			uint64_t t0 = now_ns();
