@@ -74,6 +74,16 @@ static size_t columns(const char *names[16])
 	return n;
 }
 
+/* Column width: 11, or the longest peer name ("fanout_noclock"). */
+static int col_width(const char *const *cols, size_t nc)
+{
+	int w = 11;
+	for (size_t c = 0; c < nc; c++)
+		if ((int)strlen(cols[c]) > w)
+			w = (int)strlen(cols[c]);
+	return w;
+}
+
 static double fig(const char *scen, const char *metric, const char *peer)
 {
 	const struct bench_fig *f = bench_fig_find(scen, metric, peer);
@@ -91,15 +101,16 @@ static void print_grid(const char *scen, const char *const *metrics,
 	FILE *f = bench_opt.out;
 	const char *cols[16];
 	size_t nc = columns(cols);
+	int w = col_width(cols, nc);
 	char b[32];
 	fprintf(f, "  %-16s", unit);
 	for (size_t c = 0; c < nc; c++)
-		fprintf(f, " %11s", cols[c]);
+		fprintf(f, " %*s", w, cols[c]);
 	fputc('\n', f);
 	for (size_t m = 0; m < nm; m++) {
 		fprintf(f, "  %-16s", labels[m]);
 		for (size_t c = 0; c < nc; c++)
-			fprintf(f, " %11s",
+			fprintf(f, " %*s", w,
 				bench_si(fig(scen, metrics[m], cols[c]) / scale,
 					 b, sizeof(b)));
 		fputc('\n', f);
@@ -112,7 +123,7 @@ static void print_grid(const char *scen, const char *const *metrics,
 		for (size_t c = 0; c < nc; c++) {
 			double v = fig(scen, metrics[m], cols[c]);
 			double r = higher ? me / v : v / me;
-			fprintf(f, " %11s",
+			fprintf(f, " %*s", w,
 				!strcmp(cols[c], "fanout") ?
 					"-" :
 					ratio_str(r, b, sizeof(b)));
@@ -466,6 +477,7 @@ void bench_scen_work(void)
 	print_grid("work", metrics, labels, nw, true, 1, "child work");
 	const char *cols[16];
 	size_t nc = columns(cols);
+	int cw = col_width(cols, nc);
 	fprintf(f,
 		"  efficiency = children/s / (%u x the same children run "
 		"inline "
@@ -477,9 +489,9 @@ void bench_scen_work(void)
 		for (size_t c = 0; c < nc; c++) {
 			double e = fig("work", ebuf[i], cols[c]);
 			if (isnan(e))
-				fprintf(f, " %11s", "n/a");
+				fprintf(f, " %*s", cw, "n/a");
 			else
-				fprintf(f, " %10.1f%%", e);
+				fprintf(f, " %*.1f%%", cw - 1, e);
 		}
 		fprintf(f, "   (inline: %s/s)\n",
 			bench_si(fig("work", mbuf[i], "inline-1cpu"), b,
