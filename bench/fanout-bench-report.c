@@ -138,8 +138,12 @@ static void tbb_ratio_bar(const char *what, const char *target,
 			snprintf(met, sizeof(met), "batch %u", n);
 		double me = fig("throughput", met, peer);
 		double tbb = fig("throughput", met, "onetbb");
-		if (isnan(me) || isnan(tbb) || tbb <= 0)
-			return; /* not measured */
+		if (isnan(me) || isnan(tbb) || tbb <= 0) {
+			/* a size not measured (--sizes, --peers): no verdict */
+			snprintf(b->measured, sizeof(b->measured),
+				 "not measured (batch %u)", n);
+			return;
+		}
 		double r = me / tbb;
 		if (r < need[s])
 			holds = 0;
