@@ -50,8 +50,7 @@ extern "C" void barcheck_tbb_fini(void)
 
 // Batches of @n children, @k of them in flight (wait for the oldest, start
 // a new one), for @dur_ns.  Returns the children joined.
-extern "C" uint64_t barcheck_tbb_stream(unsigned n, unsigned k,
-					uint64_t dur_ns)
+extern "C" uint64_t barcheck_tbb_stream(unsigned n, unsigned k, uint64_t dur_ns)
 {
 	uint64_t done = 0, end = now_ns() + dur_ns;
 	unsigned head = 0;
