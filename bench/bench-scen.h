@@ -10,6 +10,10 @@
 #define BENCH_NSIZES 5
 extern const unsigned bench_sizes[BENCH_NSIZES];
 unsigned bench_inflight_for(unsigned n);
+/* Batch 1 and 8 are also measured with one batch in flight, by every peer
+ * (metric "batch N, 1 in flight"): fanout_run's bar is judged on them. */
+#define BENCH_NSINGLE 2
+void bench_single_metric(unsigned n, char *buf, size_t len);
 const char *bench_si(double v, char *buf, size_t len);
 
 void bench_scen_throughput(void);

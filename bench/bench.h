@@ -192,6 +192,10 @@ struct peer_ops {
 extern const struct peer_ops peer_fanout_dispatch;
 extern const struct peer_ops peer_fanout_run;
 extern const struct peer_ops peer_fanout_help;
+/* Only when fanout.h (included before this header) has the flag. */
+#ifdef FANOUT_NO_CHILD_CLOCK
+extern const struct peer_ops peer_fanout_noclock;
+#endif
 #ifdef BENCH_HAVE_PEERS
 extern const struct peer_ops peer_mutexpool;
 extern const struct peer_ops peer_uv;

@@ -1,10 +1,12 @@
 # Included by the top Makefile.  Owns every bench target.
 #
-#   make run          the full side-by-side comparison (about 3 minutes):
+#   make run          the full side-by-side comparison (about 4 minutes):
 #                     fanout, its peers, the physical limits; the table on
-#                     stdout, plots in bench/out/, bench/RESULTS.md
+#                     stdout ending with issue 13's bars, plots in
+#                     bench/out/, bench/RESULTS.md; then barcheck (below)
 #   make bench        the same with longer sweeps (--long)
 #   make bench-quick  fanout alone: orchestrator load, batch sweep, latency
+#   make barcheck     the independent check of the bars alone (see below)
 #   make python-bench the Python package: 40 x 100 ms children vs asyncio
 #                     and ThreadPoolExecutor, 10k no-op children, the example
 #   BENCH_ARGS=...    extra options, e.g. BENCH_ARGS="--json --only latency"
@@ -47,9 +49,54 @@ $(BENCH_BIN): $(BENCH_OBJS) build/plain/libfanout.a
 	g++ -o $@ $(BENCH_OBJS) build/plain/libfanout.a $(DEP_LIBS) -ljemalloc \
 		$(BENCH_PKG_LIBS) -fopenmp -lm
 
-run: deps bench-deps $(BENCH_BIN)
+run: deps bench-deps $(BENCH_BIN) $(BARCHECK_BIN)
 	$(BENCH_BIN) $(BENCH_ARGS)
+	$(BARCHECK_BIN) --results bench/RESULTS.md $(BARCHECK_ARGS)
 	@sh scripts/deps.sh $(PY_DEPS) && sh scripts/python-run.sh
+
+# The independent check of issue 13's bars (bench/barcheck.c and
+# bench/barcheck-tbb.cpp, no code shared with fanout-bench): built only
+# against the library as installed - `make install` into
+# build/barcheck/prefix, then `pkg-config --cflags --libs fanout`, which
+# links libfanout.so - and run by `make run` after fanout-bench (about
+# 40 s) and added as the last section of bench/RESULTS.md.  `make
+# barcheck` runs it alone (stdout only); `make barcheck-smoke` runs it
+# with --quick and checks that it printed all nine bars (no timing is
+# judged there).
+BARCHECK_DIR    := build/barcheck
+BARCHECK_PREFIX := $(CURDIR)/$(BARCHECK_DIR)/prefix
+BARCHECK_BIN    := $(BARCHECK_DIR)/barcheck
+BARCHECK_PC     := PKG_CONFIG_PATH=$(BARCHECK_PREFIX)/lib/pkgconfig pkg-config
+
+.PHONY: barcheck barcheck-smoke
+
+$(BARCHECK_DIR)/installed: build/plain/libfanout.so build/plain/dist/libfanout.a \
+		build/plain/libfanout.a \
+		include/fanout.h fanout.pc.in
+	@mkdir -p $(dir $@)
+	$(MAKE) --no-print-directory install PREFIX=$(BARCHECK_PREFIX) >/dev/null
+	@touch $@
+
+$(BARCHECK_BIN): bench/barcheck.c bench/barcheck-tbb.cpp $(BARCHECK_DIR)/installed \
+		| bench-deps
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wno-unused-parameter \
+		$$($(BARCHECK_PC) --cflags fanout) -c bench/barcheck.c \
+		-o $(BARCHECK_DIR)/barcheck.o
+	g++ -std=c++17 -O2 -g -Wall -Wextra -c bench/barcheck-tbb.cpp \
+		-o $(BARCHECK_DIR)/barcheck-tbb.o
+	g++ -o $@ $(BARCHECK_DIR)/barcheck.o $(BARCHECK_DIR)/barcheck-tbb.o \
+		$$($(BARCHECK_PC) --cflags --libs fanout) \
+		-Wl,-rpath,$(BARCHECK_PREFIX)/lib -ltbb -lck -lpthread -lm
+
+barcheck: deps bench-deps $(BARCHECK_BIN)
+	$(BARCHECK_BIN) $(BARCHECK_ARGS)
+
+barcheck-smoke: deps bench-deps $(BARCHECK_BIN)
+	@$(BARCHECK_BIN) --quick > $(BARCHECK_DIR)/smoke.txt
+	@n=$$(grep -cE '^  [1-9] \[(HOLD|MISS| \?\? )\]' $(BARCHECK_DIR)/smoke.txt); \
+	  [ "$$n" = 9 ] || { cat $(BARCHECK_DIR)/smoke.txt; \
+	    echo "barcheck-smoke: $$n bars printed, 9 expected" >&2; exit 1; }
+	@echo "barcheck-smoke: all nine bars printed"
 
 # The Python package's asyncio figures and examples/orchestrator.py alone.
 python-bench: deps

@@ -6,6 +6,10 @@
  * whose API only works inside its own context (OpenMP: a parallel region
  * with one producer inside `single`) runs exactly the same loop as the rest.
  */
+/* fanout.h first: it decides whether FANOUT_NO_CHILD_CLOCK (and so the
+ * fanout_noclock peer) exists. */
+#include <fanout.h>
+
 #include "bench-harness.h"
 
 #include <math.h>
@@ -15,6 +19,9 @@
 static const struct peer_ops *const all_peers[] = {
 	&peer_fanout_dispatch,
 	&peer_fanout_help,
+#ifdef FANOUT_NO_CHILD_CLOCK
+	&peer_fanout_noclock,
+#endif
 	&peer_fanout_run,
 #ifdef BENCH_HAVE_PEERS
 	&peer_mutexpool,
