@@ -470,10 +470,11 @@ struct fanout_event {
  * @cancelled:    fanout_cancel() or shutdown asked it to stop.
  * @user:         the batch's user pointer.
  * @session_key:  the batch's session_key, or NULL.  Points into the record
- *                (or its tomb, see keep_completed): valid while the
- *                record is, i.e. read it right after the call, before the
- *                record can be pruned (keep_completed newer delegations
- *                finishing).  Copy it to keep it.
+ *                or its tomb (see keep_completed): read it right after the
+ *                call - it stays valid only until the record is pruned
+ *                (keep_completed newer delegations finishing) or, for a
+ *                pointer into the record, until its event is freed and
+ *                a grace period has passed.  Copy it to keep it.
  * @npending:     deferred children not completed yet (see fanout_defer()).
  */
 struct fanout_info {

@@ -249,9 +249,7 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 		*idp = id;
 	fanout__stat_add(&e->st_dispatched, 1);
 	rec_link(rec, b, &o);
-	fanout__read_lock();
-	fanout__table_insert(e, rec);
-	fanout__read_unlock();
+	fanout__table_insert(e, rec); /* no read lock: see table.c */
 	if (rec->deadline)
 		fanout__timer_add(e, rec);
 	FANOUT_PROBE_BATCH_SUBMIT(id, b->ntasks, depth);
@@ -346,9 +344,7 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	rec->chunk = fanout__chunk_for(b->ntasks, want);
 	fanout__stat_add(&e->st_runs, 1);
 	rec_link(rec, b, &o);
-	fanout__read_lock();
-	fanout__table_insert(e, rec);
-	fanout__read_unlock();
+	fanout__table_insert(e, rec); /* no read lock: see table.c */
 	if (rec->deadline)
 		fanout__timer_add(e, rec);
 	recheck(e, rec->id, &o);

@@ -22,10 +22,27 @@
 
 /* ------------------------------------------------------------ lifetime */
 
+/* jemalloc gives a thread whose first call is a free only a minimal
+ * state, without a thread cache, and keeps it so while the thread never
+ * allocates: every free then takes an arena lock.  The call_rcu thread
+ * only frees, so it allocates once. */
+static FQ_TLS bool freer_ready;
+
+static void freer_init(void)
+{
+	void *p = fanout__alloc_unchecked(64);
+
+	fanout__free(p, 64);
+	freer_ready = true;
+}
+
 static void rec_free_rcu(struct rcu_head *head)
 {
 	struct record *rec = caa_container_of(head, struct record, rcu);
 	unsigned i;
+
+	if (!freer_ready)
+		freer_init();
 
 	FQ_HANDOFF_ACQUIRE(&fanout__rcu_token);
 	FQ_HANDOFF_ACQUIRE(rec);

@@ -279,7 +279,8 @@ int fanout__table_reserve(struct fanout_engine *e, struct record *rec)
 	return 0;
 }
 
-/* Caller holds the read lock. */
+/* No read lock needed: it dereferences nothing RCU protects (chunks live
+ * until the table is destroyed). */
 void fanout__table_insert(struct fanout_engine *e, struct record *rec)
 {
 	uint32_t slot = (uint32_t)((rec->id ^ e->table->key) & SLOT_MASK);
