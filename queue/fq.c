@@ -88,12 +88,15 @@
 #include "../lib/probes.h"
 
 struct fq_worker {
-	struct fq *q;		  /* I */
-	pthread_t thread;	  /* I */
-	unsigned index;		  /* I */
-	int cpu;		  /* I: pinned CPU or -1 */
-	bool started;		  /* I: pthread_create succeeded */
-	bool counted;		  /* W: counted in q->spinning (argument 3) */
+	struct fq *q;	  /* I */
+	pthread_t thread; /* I */
+	unsigned index;	  /* I */
+	int cpu;	  /* I: pinned CPU or -1 */
+	bool started;	  /* I: pthread_create succeeded */
+	bool counted;	  /* W: counted in q->spinning (argument 3) */
+	/* A: a hint for kick(): set just before the worker's FUTEX_WAIT, and
+	 * cleared when it returns (relaxed both ways; see prefer_local()). */
+	_Atomic bool asleep;
 	_Atomic uint64_t items;	  /* W: read by stats with relaxed loads */
 	_Atomic uint64_t parks;	  /* W */
 	_Atomic uint64_t wakeups; /* W */
@@ -198,13 +201,19 @@ static void spin_for_work(struct fq_worker *self, bool yield_always)
 	}
 }
 
-void fq_note_app_cpu(struct fq *q)
+static int note_app_cpu(struct fq *q)
 {
 	int cpu = sched_getcpu();
 
 	/* relaxed: a placement hint, see app_cpu_worker(). */
 	if (atomic_load_explicit(&q->app_cpu, memory_order_relaxed) != cpu)
 		atomic_store_explicit(&q->app_cpu, cpu, memory_order_relaxed);
+	return cpu;
+}
+
+void fq_note_app_cpu(struct fq *q)
+{
+	(void)note_app_cpu(q);
 }
 
 /* ------------------------------------------------------------ eventcount */
@@ -324,12 +333,81 @@ void fq_unreserve(struct fq *q, unsigned n)
 					  memory_order_relaxed);
 }
 
+/* A parked worker sleeps on q->idle.seq with this bit in its futex bitset,
+ * so that a waker can pick it out (wake()); several workers may share a
+ * bit beyond 32 workers, which only makes the pick less precise. */
+static uint32_t worker_bit(const struct fq_worker *wk)
+{
+	return 1u << (wk->index & 31);
+}
+
+/* The worker pinned to @cpu, if it looks parked (a relaxed hint: a stale
+ * answer costs one futex call that wakes nobody, or a remote wake). */
+static struct fq_worker *local_sleeper(struct fq *q, int cpu)
+{
+	struct fq_worker *wk = NULL;
+	unsigned i;
+
+	if (cpu < 0)
+		return NULL;
+	/* Worker i is pinned to the i-th allowed CPU: to CPU i when every
+	 * CPU is allowed.  Otherwise look for it (only on this slow path,
+	 * about to make a system call anyway). */
+	if ((unsigned)cpu < q->nworkers && q->workers[cpu].cpu == cpu)
+		wk = &q->workers[cpu];
+	for (i = 0; !wk && i < q->nworkers; i++)
+		if (q->workers[i].cpu == cpu)
+			wk = &q->workers[i];
+	/* relaxed: a hint, see struct fq_worker. */
+	if (!wk || !atomic_load_explicit(&wk->asleep, memory_order_relaxed))
+		return NULL;
+	return wk;
+}
+
+/*
+ * FUTEX_WAKE up to @n workers parked on q->idle.seq, and first, if it is
+ * parked, the one pinned to @cpu: the CPU of the application thread that
+ * submits (-1: no preference).  That thread usually waits for the result
+ * next (fanout_wait, a join), so its CPU is about to be free; a worker
+ * woken there runs at once, where the futex queue's first sleeper - the
+ * one parked longest, as often as not pinned to the other CPU - needs an
+ * inter-processor interrupt to a halted CPU, which on a virtual machine is
+ * a trip through the hypervisor: 30-40 us of the waker's time and 80 us
+ * until the item runs on this host (bench/PROFILE.txt, "The parked
+ * path").  The kernel places an unpinned thread the same way (a wakee
+ * goes to the waker's CPU when that is cheaper).
+ *
+ * Whom we wake does not matter to arguments 2 and 3, only how many: the
+ * targeted FUTEX_WAKE_BITSET and the plain FUTEX_WAKE after it together
+ * wake min(n, queued sleepers), as one plain FUTEX_WAKE(n) would.  A
+ * worker that queues itself between the two calls read seq after our
+ * increment (else its FUTEX_WAIT fails with EAGAIN) and so re-checked the
+ * ring after our enqueue: waking it too is only a spurious wake.
+ */
+static void wake(struct fq *q, unsigned n, int cpu)
+{
+	struct fq_worker *wk = local_sleeper(q, cpu);
+	long woken = 0;
+
+	if (wk) {
+		woken = syscall(SYS_futex, (uint32_t *)&q->idle.seq,
+				FUTEX_WAKE_BITSET_PRIVATE, 1, NULL, NULL,
+				worker_bit(wk));
+		if (woken < 0)
+			woken = 0;
+	}
+	if ((unsigned long)woken < n)
+		futex(&q->idle.seq, FUTEX_WAKE_PRIVATE,
+		      (uint32_t)(n - (unsigned long)woken), NULL);
+}
+
 /*
  * Argument 3: wake sleepers for the n waiting tokens that the spinners
- * cannot cover.  seq_cst increment, then seq_cst loads: pairs with the
- * workers' seq_cst announcement (fq_ec_prepare) and spinner count.
+ * cannot cover; @cpu as in wake().  seq_cst increment, then seq_cst
+ * loads: pairs with the workers' seq_cst announcement (fq_ec_prepare) and
+ * spinner count.
  */
-static void kick(struct fq *q, unsigned n)
+static void kick(struct fq *q, unsigned n, int cpu)
 {
 	unsigned spinners;
 
@@ -337,18 +415,18 @@ static void kick(struct fq *q, unsigned n)
 	spinners = atomic_load_explicit(&q->spinning, memory_order_seq_cst);
 	if (n > spinners &&
 	    atomic_load_explicit(&q->idle.waiters, memory_order_seq_cst))
-		futex(&q->idle.seq, FUTEX_WAKE_PRIVATE, (int)(n - spinners),
-		      NULL);
+		wake(q, n - spinners, cpu);
 }
 
 void fq_submit(struct fq *q, struct fq_work *w, unsigned n)
 {
 	unsigned i;
+	int cpu = -1;
 
 	if (!n)
 		return;
 	if (!tls_self)
-		fq_note_app_cpu(q);
+		cpu = note_app_cpu(q);
 	FQ_HANDOFF_RELEASE(w);
 	for (i = 0; i < n; i++) {
 		/* ck_ring_enqueue_mpmc publishes the slot with a store fence
@@ -359,7 +437,7 @@ void fq_submit(struct fq *q, struct fq_work *w, unsigned n)
 		if (!ok)
 			abort(); /* broken invariant: credits (argument 1) */
 	}
-	kick(q, n);
+	kick(q, n, cpu);
 }
 
 /* --------------------------------------------------------------- workers */
@@ -410,7 +488,17 @@ static void hand_on(struct fq *q)
 	(void)atomic_load_explicit(&q->idle.seq, memory_order_seq_cst);
 	left = ck_ring_size(&q->ring);
 	if (left)
-		kick(q, left);
+		kick(q, left, -1);
+}
+
+/* W4 of argument 2: sleep while idle.seq == v, with our bit (wake()). */
+static void park(struct fq_worker *self, uint32_t v)
+{
+	/* relaxed: a hint for local_sleeper(); correctness never reads it. */
+	atomic_store_explicit(&self->asleep, true, memory_order_relaxed);
+	syscall(SYS_futex, (uint32_t *)&self->q->idle.seq,
+		FUTEX_WAIT_BITSET_PRIVATE, v, NULL, NULL, worker_bit(self));
+	atomic_store_explicit(&self->asleep, false, memory_order_relaxed);
 }
 
 static void *worker_main(void *arg)
@@ -481,7 +569,7 @@ static void *worker_main(void *arg)
 		FANOUT_PROBE_WORKER_PARK(self->index, self->cpu);
 		/* The clock only while a tracer watches worker__wake. */
 		slept = FANOUT_PROBE_WORKER_WAKE_ENABLED() ? fq_now_ns() : 0;
-		fq_ec_wait(&q->idle, v, 0);
+		park(self, v);
 		fq_ec_done(&q->idle);
 		bump(&self->wakeups);
 		if (FANOUT_PROBE_WORKER_WAKE_ENABLED())
