@@ -26,7 +26,9 @@
  *    or P3 comes before W1, and then P1 < P2 < W1 < W3 means the re-check at
  *    W3 sees the token (the ring's enqueue is a release that W3's dequeue
  *    acquires; P1 is sequenced before P2).  Either way the worker does not
- *    sleep while the token waits.  tests/models/park_wake.pml checks the
+ *    sleep while the token waits.  The wake at P3 may prefer one sleeper
+ *    (wake(): the worker on the submitter's CPU) but wakes as many as a
+ *    plain FUTEX_WAKE would, so it does not matter which.  tests/models/park_wake.pml checks the
  *    same handshake, and a seeded check-before-publish bug, with spin.
  *
  * 3. Only as many workers are woken as there is work for: fq_submit() wakes

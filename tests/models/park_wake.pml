@@ -11,7 +11,16 @@
  *     seq++;                        seq_cst RMW   P2
  *     s = spinning;                 seq_cst load
  *     if (n > s && nidle > 0)       seq_cst load  P3
- *         futex_wake(&seq, n - s);
+ *         wake(n - s);
+ * wake(m) (fq.c's wake(); only a producer has a CPU to prefer, a hand-on
+ * passes cpu = -1 and goes straight to the plain wake):
+ *     k = FUTEX_WAKE_BITSET(&seq, 1, bit of the worker on the caller's CPU)
+ *         if that worker's `asleep` hint is set, else k = 0;
+ *     if (k < m) futex_wake(&seq, m - k);
+ * The targeted wake and the plain one are two system calls: anything may
+ * happen between them.  Which worker is preferred, and whether the hint
+ * is stale (set while the worker is not queued yet, or already woken), is
+ * chosen nondeterministically.
  * Producer, per fq_submit(n): enqueue n tokens (P1); kick(n).
  * Worker (FIX=0: worker_main BEFORE the fix; FIX=1, the default, is the
  * code as it is now - see below):
@@ -102,6 +111,11 @@
  *           and skipped the wake, the spinner took token 1 and blocks on
  *           it, token 2 waits with the other worker asleep (what
  *           test_dispatch's dispatch_idle_worker_not_left_asleep found).
+ *   BUG=6   wake() makes the plain wake only when no targeted wake was
+ *           tried (counting a tried one as a success): a batch of two
+ *           tokens wakes the preferred worker alone, or nobody when the
+ *           preferred one was not queued; the other token waits with a
+ *           worker asleep.
  *   BUG=5   the worker stops counting as a spinner BEFORE it announces
  *           itself and re-checks, and a take at the re-check is then a
  *           plain take (it no longer counts as a spinner: nothing handed
@@ -163,14 +177,48 @@ inline futex_wake(n)
 	}
 }
 
-/* kick(q, n): P2, the load of spinning, P3 (the load of nidle) - three
- * steps. `s` is the caller's scratch local, cleared in the step after. */
-inline kick(n, s)
+/* wake(m) with a preferred worker.  First FUTEX_WAKE_BITSET(&seq, 1, bit
+ * of the preferred worker), one kernel step: it dequeues that worker if it
+ * is queued (any of them may be the preferred one), else wakes nobody (a
+ * stale hint); or it is not tried at all (the hint was unset).  k = how
+ * many it woke, 2 if not tried.  Then, as a separate kernel call, the
+ * plain wake for the rest of the count.  `k` is the caller's scratch. */
+inline wake_pref(m, k)
+{
+	atomic {
+		if
+		:: waiting[0] -> waiting[0] = 0; k = 1
+		:: waiting[1] -> waiting[1] = 0; k = 1
+		:: W > 2 && waiting[2] -> waiting[2] = 0; k = 1
+		:: k = 0                        /* preferred one not queued */
+		:: k = 2                        /* hint unset: not tried */
+		fi
+	};
+	atomic {
+		if
+		:: k == 2 -> futex_wake(m)
+#if BUG == 6
+		:: else                         /* tried: counted as a success */
+#else
+		:: k != 2 && k < m -> futex_wake(m - k)
+		:: else
+#endif
+		fi;
+		k = 0
+	}
+}
+
+/* kick(q, n, cpu): P2, the load of spinning, P3 (the load of nidle) - three
+ * steps, then wake(); `pref`: a producer's kick (it prefers the worker on
+ * its CPU), else a hand-on's (cpu = -1: the plain wake alone). `s` and `k`
+ * are the caller's scratch locals, cleared in the step after. */
+inline kick(n, s, k, pref)
 {
 	seq++;                                  /* P2: atomic, full barrier */
 	s = spinning;
 	if
-	:: n > s && nidle > 0 -> atomic { futex_wake(n - s); s = 0 }
+	:: n > s && nidle > 0 && pref -> s = n - s; wake_pref(s, k); s = 0
+	:: n > s && nidle > 0 && !pref -> atomic { futex_wake(n - s); s = 0 }
 	:: else -> s = 0
 	fi
 }
@@ -191,6 +239,7 @@ proctype producer(byte subs; byte per)
 {
 	byte n = 0;
 	byte s = 0;
+	byte k = 0;
 #if BUG == 1
 	byte idle;
 #endif
@@ -209,7 +258,7 @@ proctype producer(byte subs; byte per)
 		idle = 0;
 #else
 		items = items + per;            /* P1: enqueue `per` tokens */
-		kick(per, s);
+		kick(per, s, k, 1);
 #endif
 		n++
 	:: else -> break
@@ -221,6 +270,7 @@ proctype worker(byte me)
 	bool got;
 	byte v = 0;
 	byte s = 0;
+	byte k = 0;
 	byte left = 0;
 
 loop:
@@ -295,7 +345,7 @@ took:	/* took_while_spinning() */
 handon:	/* hand_on(): pass on what producers left to a counted spinner */
 	left = items;                           /* ck_ring_size */
 	if
-	:: left > 0 -> kick(left, s); left = 0
+	:: left > 0 -> kick(left, s, k, 0); left = 0
 	:: else
 	fi;
 ran:	/* run_item: at most one token blocks until all others are done */
