@@ -411,13 +411,16 @@ static void wake(struct fq *q, unsigned n, int cpu)
  */
 static void kick(struct fq *q, unsigned n, int cpu)
 {
-	unsigned spinners;
+	unsigned spinners, waiters;
 
 	atomic_fetch_add_explicit(&q->idle.seq, 1, memory_order_seq_cst);
 	spinners = atomic_load_explicit(&q->spinning, memory_order_seq_cst);
-	if (n > spinners &&
-	    atomic_load_explicit(&q->idle.waiters, memory_order_seq_cst))
-		wake(q, n - spinners, cpu);
+	if (n <= spinners)
+		return;
+	waiters = atomic_load_explicit(&q->idle.waiters, memory_order_seq_cst);
+	/* Waking every sleeper anyway: no need to pick one first. */
+	if (waiters)
+		wake(q, n - spinners, n - spinners >= waiters ? -1 : cpu);
 }
 
 void fq_submit(struct fq *q, struct fq_work *w, unsigned n)
