@@ -172,7 +172,7 @@ static bool app_cpu_worker(const struct fq_worker *self)
  * yields: that CPU belongs to the thread that dispatches, and neither a
  * rarely-yielding spinner (the dispatcher waits for its CPU) nor parking
  * at once (a FUTEX_WAKE and a preemption of the application per dispatch)
- * serves it.  The measurements behind these rates are in doc/profile.txt.
+ * serves it.  The measurements behind these rates are in bench/PROFILE.txt.
  */
 static void spin_for_work(struct fq_worker *self, bool yield_always)
 {
