@@ -19,6 +19,8 @@
  *        W1 waiters++ (seq_cst)   W2 v = seq   W3 re-check ring   W4 sleep if seq == v
  *    and a producer signals with
  *        P1 enqueue               P2 seq++ (seq_cst)   P3 if waiters: wake
+ *    (P2 and P3 only when the spinners do not cover the tokens; when they
+ *    do, argument 3 makes a spinner take them)
  *    All of W1, W2, P2, P3 are sequentially consistent, so in their single
  *    total order either P3 comes after W1 - then the producer sees the
  *    waiter and wakes it, and if the wake came before W4 the kernel's
@@ -28,8 +30,9 @@
  *    acquires; P1 is sequenced before P2).  Either way the worker does not
  *    sleep while the token waits.  The wake at P3 may prefer one sleeper
  *    (wake(): the worker on the submitter's CPU) but wakes as many as a
- *    plain FUTEX_WAKE would, so it does not matter which.  tests/models/park_wake.pml checks the
- *    same handshake, and a seeded check-before-publish bug, with spin.
+ *    plain FUTEX_WAKE would, so it does not matter which.
+ *    tests/models/park_wake.pml checks the same handshake, and a seeded
+ *    check-before-publish bug, with spin.
  *
  * 3. Only as many workers are woken as there is work for: fq_submit() wakes
  *    at most n - s sleepers, where s is the number of spinning workers
@@ -40,19 +43,22 @@
  *    token (seq_cst decrement), which it does BEFORE it announces itself
  *    as a waiter (W1) and before its next look at the ring.  A producer
  *    that counted it read `spinning` before that decrement, and enqueued
- *    before that read; so the token precedes the worker's take after the
- *    spin and its re-check (W3), which therefore see it, or someone took
- *    it.  But the counted worker may take ANOTHER token and run it for a
- *    long time (a child blocked on its sibling); so whenever a worker that
- *    left the spin phase takes a token, it hands on what is left: it reads
- *    the ring's size and, if tokens remain, does the producer's step
- *    itself (kick, hand_on()).  By induction every token left to a spinner
- *    is taken or kicked on.  If the producer did not count the worker, the
- *    worker is announced in `waiters` (or will re-check), and argument 2
- *    applies.  So a batch-1 dispatch to an engine with a spinning worker
- *    makes no system call, and no worker sleeps while a token waits
+ *    before that read (a seq_cst fence between the two, and one after the
+ *    worker's decrement: kick(), stop_spinning()); so the token precedes
+ *    the worker's take after the spin and its re-check (W3), which
+ *    therefore see it, or someone took it.  But the counted worker may
+ *    take ANOTHER token and run it for a long time (a child blocked on its
+ *    sibling); so whenever a worker that left the spin phase takes a
+ *    token, it hands on what is left: it reads the ring's size and, if
+ *    tokens remain, does the producer's step itself (kick, hand_on()).  By
+ *    induction every token left to a spinner is taken or kicked on.  If
+ *    the producer did not count the worker, the worker is announced in
+ *    `waiters` (or will re-check), and argument 2 applies.  So a batch-1
+ *    dispatch to an engine with a spinning worker makes no system call and
+ *    writes none of the eventcount's lines, and no worker sleeps while a
+ *    token waits
  *    (test_dispatch's dispatch_idle_worker_not_left_asleep; park_wake.pml
- *    with two submits counting one spinner, and its seeded bugs 4 and 5).
+ *    with two submits counting one spinner, and its seeded bugs 4, 5, 7).
  *
  * 4. Idle workers stop burning CPU after spin_ns: the spin loop reads the
  *    clock every 64 pauses and parks once the deadline passed.
@@ -405,18 +411,26 @@ static void wake(struct fq *q, unsigned n, int cpu)
 
 /*
  * Argument 3: wake sleepers for the n waiting tokens that the spinners
- * cannot cover; @cpu as in wake().  seq_cst increment, then seq_cst
- * loads: pairs with the workers' seq_cst announcement (fq_ec_prepare) and
- * spinner count.
+ * cannot cover; @cpu as in wake().
+ *
+ * seq_cst fence, then the seq_cst load of `spinning`: the enqueue before
+ * the fence is seen by a counted spinner's take after its decrement and
+ * the fence in stop_spinning() (fence-fence store-buffering pattern), or
+ * the load sees that decrement.  When the spinners cover the tokens,
+ * that is all: `seq` is not touched, so the hot hand-off writes no line a
+ * worker reads (the eventcount's line stays shared, untransferred).  Else
+ * the seq_cst increment of `seq` (P2), then the seq_cst load of `waiters`
+ * (P3): argument 2, pairing with fq_ec_prepare().
  */
 static void kick(struct fq *q, unsigned n, int cpu)
 {
 	unsigned spinners, waiters;
 
-	atomic_fetch_add_explicit(&q->idle.seq, 1, memory_order_seq_cst);
+	atomic_thread_fence(memory_order_seq_cst);
 	spinners = atomic_load_explicit(&q->spinning, memory_order_seq_cst);
 	if (n <= spinners)
 		return;
+	atomic_fetch_add_explicit(&q->idle.seq, 1, memory_order_seq_cst);
 	waiters = atomic_load_explicit(&q->idle.waiters, memory_order_seq_cst);
 	/* Waking every sleeper anyway: no need to pick one first. */
 	if (waiters)
@@ -473,24 +487,28 @@ static void run_item(struct fq_worker *self, struct fq_work *w)
 
 static void stop_spinning(struct fq *q)
 {
-	/* seq_cst: orders the re-check before it against fq_submit's load of
-	 * `spinning` (argument 3). */
+	/* seq_cst RMW, then a seq_cst fence: orders our next looks at the
+	 * ring after the decrement, against kick()'s fence; load of
+	 * `spinning` (argument 3).  On x86 the locked RMW is the fence
+	 * already; the fence makes it so in C11 too, for the relaxed ring
+	 * loads that follow. */
 	atomic_fetch_sub_explicit(&q->spinning, 1, memory_order_seq_cst);
+	atomic_thread_fence(memory_order_seq_cst);
 }
 
 /*
  * A worker that was counted as a spinner took a token and is about to run
  * it, possibly for a long time: producers that counted on it may have left
- * tokens for it, so pass them on (argument 3).  The seq_cst load of `seq`
- * orders the size read after our seq_cst decrement against the producers'
- * seq_cst increment, which follows their enqueue (without it the relaxed
- * ring loads could be satisfied early on a weakly ordered CPU).
+ * tokens for it, so pass them on (argument 3).  A counted worker calls it
+ * after stop_spinning(), whose fence orders this size read after its
+ * decrement against the producers' fence in kick(), which follows their
+ * enqueue.  (The uncounted app-CPU worker also hands on; nobody relied on
+ * it, so that is only a courtesy.)
  */
 static void hand_on(struct fq *q)
 {
 	unsigned left;
 
-	(void)atomic_load_explicit(&q->idle.seq, memory_order_seq_cst);
 	left = ck_ring_size(&q->ring);
 	if (left)
 		kick(q, left, -1);

@@ -8,10 +8,14 @@
  * eventcount's `waiters`; see tests/models/README.md):
  *
  * kick(n) (fq_submit's tail, and a spinner's hand-on):
- *     seq++;                        seq_cst RMW   P2
+ *     fence;                        seq_cst fence (SC here: implicit)
  *     s = spinning;                 seq_cst load
- *     if (n > s && nidle > 0)       seq_cst load  P3
- *         wake(n - s);
+ *     if (n > s) {
+ *         seq++;                    seq_cst RMW   P2
+ *         if (nidle > 0)            seq_cst load  P3
+ *             wake(n - s);
+ *     }
+ * (when the spinners cover the tokens, seq is not touched at all)
  * wake(m) (fq.c's wake(); only a producer has a CPU to prefer, a hand-on
  * passes cpu = -1 and goes straight to the plain wake):
  *     k = FUTEX_WAKE_BITSET(&seq, 1, bit of the worker on the caller's CPU)
@@ -116,6 +120,11 @@
  *           tokens wakes the preferred worker alone, or nobody when the
  *           preferred one was not queued; the other token waits with a
  *           worker asleep.
+ *   BUG=7   the producer reads `spinning` BEFORE it enqueues (what kick()
+ *           would allow on a CPU with a store buffer without its fence,
+ *           and a worker without the fence after its decrement): it counts
+ *           a spinner that has already left, skips the wake, and the
+ *           token waits with every worker asleep.
  *   BUG=5   the worker stops counting as a spinner BEFORE it announces
  *           itself and re-checks, and a take at the re-check is then a
  *           plain take (it no longer counts as a spinner: nothing handed
@@ -123,20 +132,21 @@
  *           early decrement alone is FIX=1; what BUG=5 drops is its
  *           hand-on.
  *
- * Spin explores sequentially consistent interleavings only. The handshake
- * is the store-buffering (Dekker) pattern - producer "write seq; read
- * spinning, nidle" against worker "write nidle or spinning; read seq / the
- * ring" - and it is the seq_cst order on S1, S2, W1, W2, P2 and kick's two
- * loads (fq.c, arguments 2 and 3) that rules out the outcomes where both
- * reads are stale, which no SC interleaving has. The enqueue (P1), takes
- * and ring-size reads are not seq_cst; a take or size read sequenced after
- * W2 still sees P1 when W2 reads P2's value or a later one (P2 heads a
- * release sequence of seq RMWs that W2 acquires). took_while_spinning's
- * size read after the SPIN's take has no such pairing: it is a relaxed
- * load after the seq_cst decrement, and SC assumes it sees every token
- * whose producer counted the spinner. C11 guarantees that only with a
- * seq_cst load of seq (or fences on both sides) between the decrement and
- * the size read; without it, it is outside what this model checks.
+ * Spin explores sequentially consistent interleavings only. The handshakes
+ * are store-buffering (Dekker) patterns - producer "enqueue; fence; read
+ * spinning" against worker "write spinning; fence; read the ring", and
+ * producer "write seq; read nidle" against worker "write nidle; read seq /
+ * the ring" - and it is the seq_cst order on S1, S2, W1, W2, P2, kick's
+ * fence and loads and stop_spinning's fence (fq.c, arguments 2 and 3) that
+ * rules out the outcomes where both reads are stale, which no SC
+ * interleaving has. The enqueue (P1), takes and ring-size reads are not
+ * seq_cst: a take or size read sequenced after W2 still sees P1 when W2
+ * reads P2's value or a later one (P2 heads a release sequence of seq
+ * RMWs that W2 acquires); a take or size read after S2 (stop_spinning's
+ * decrement and fence) sees every P1 whose producer's load of spinning,
+ * after its fence, counted the spinner (the C11 fence-fence rule). BUG=7
+ * is what is left without those fences: the load of spinning done before
+ * the enqueue.
  */
 
 #ifndef W
@@ -208,17 +218,22 @@ inline wake_pref(m, k)
 	}
 }
 
-/* kick(q, n, cpu): P2, the load of spinning, P3 (the load of nidle) - three
- * steps, then wake(); `pref`: a producer's kick (it prefers the worker on
+/* kick(q, n, cpu): the load of spinning (after kick's fence), then only if
+ * the spinners do not cover the tokens P2 and P3 (the load of nidle), then
+ * wake(); `pref`: a producer's kick (it prefers the worker on
  * its CPU), else a hand-on's (cpu = -1: the plain wake alone). `s` and `k`
  * are the caller's scratch locals, cleared in the step after. */
 inline kick(n, s, k, pref)
 {
-	seq++;                                  /* P2: atomic, full barrier */
-	s = spinning;
+	s = spinning;                           /* after the fence */
 	if
-	:: n > s && nidle > 0 && pref -> s = n - s; wake_pref(s, k); s = 0
-	:: n > s && nidle > 0 && !pref -> atomic { futex_wake(n - s); s = 0 }
+	:: n > s ->
+		seq++;                          /* P2: atomic, full barrier */
+		if
+		:: nidle > 0 && pref -> s = n - s; wake_pref(s, k); s = 0
+		:: nidle > 0 && !pref -> atomic { futex_wake(n - s); s = 0 }
+		:: else -> s = 0
+		fi
 	:: else -> s = 0
 	fi
 }
@@ -257,8 +272,22 @@ proctype producer(byte subs; byte per)
 		fi;
 		idle = 0;
 #else
+#if BUG == 7
+		s = spinning;                   /* read before the enqueue */
+		items = items + per;            /* P1 */
+		if
+		:: per > s ->
+			seq++;
+			if
+			:: nidle > 0 -> s = per - s; wake_pref(s, k); s = 0
+			:: else -> s = 0
+			fi
+		:: else -> s = 0
+		fi;
+#else
 		items = items + per;            /* P1: enqueue `per` tokens */
 		kick(per, s, k, 1);
+#endif
 #endif
 		n++
 	:: else -> break
