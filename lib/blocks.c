@@ -15,7 +15,7 @@
  * The cache keeps up to BLOCKS_SLOTS blocks per power-of-two class,
  * BLOCKS_BYTES in all, and hands them back whole, warm and already
  * faulted in; what does not fit goes back to jemalloc, whose decay returns
- * it to the kernel.  (doc/profile.txt has the measurements.)
+ * it to the kernel.  (bench/PROFILE.txt has the measurements.)
  *
  * WHY THE CACHE IS CORRECT
  *

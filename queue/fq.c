@@ -19,6 +19,8 @@
  *        W1 waiters++ (seq_cst)   W2 v = seq   W3 re-check ring   W4 sleep if seq == v
  *    and a producer signals with
  *        P1 enqueue               P2 seq++ (seq_cst)   P3 if waiters: wake
+ *    (P2 and P3 only when the spinners do not cover the tokens; when they
+ *    do, argument 3 makes a spinner take them)
  *    All of W1, W2, P2, P3 are sequentially consistent, so in their single
  *    total order either P3 comes after W1 - then the producer sees the
  *    waiter and wakes it, and if the wake came before W4 the kernel's
@@ -26,8 +28,11 @@
  *    or P3 comes before W1, and then P1 < P2 < W1 < W3 means the re-check at
  *    W3 sees the token (the ring's enqueue is a release that W3's dequeue
  *    acquires; P1 is sequenced before P2).  Either way the worker does not
- *    sleep while the token waits.  tests/models/park_wake.pml checks the
- *    same handshake, and a seeded check-before-publish bug, with spin.
+ *    sleep while the token waits.  The wake at P3 may prefer one sleeper
+ *    (wake(): the worker on the submitter's CPU) but wakes as many as a
+ *    plain FUTEX_WAKE would, so it does not matter which.
+ *    tests/models/park_wake.pml checks the same handshake, and a seeded
+ *    check-before-publish bug, with spin.
  *
  * 3. Only as many workers are woken as there is work for: fq_submit() wakes
  *    at most n - s sleepers, where s is the number of spinning workers
@@ -38,19 +43,22 @@
  *    token (seq_cst decrement), which it does BEFORE it announces itself
  *    as a waiter (W1) and before its next look at the ring.  A producer
  *    that counted it read `spinning` before that decrement, and enqueued
- *    before that read; so the token precedes the worker's take after the
- *    spin and its re-check (W3), which therefore see it, or someone took
- *    it.  But the counted worker may take ANOTHER token and run it for a
- *    long time (a child blocked on its sibling); so whenever a worker that
- *    left the spin phase takes a token, it hands on what is left: it reads
- *    the ring's size and, if tokens remain, does the producer's step
- *    itself (kick, hand_on()).  By induction every token left to a spinner
- *    is taken or kicked on.  If the producer did not count the worker, the
- *    worker is announced in `waiters` (or will re-check), and argument 2
- *    applies.  So a batch-1 dispatch to an engine with a spinning worker
- *    makes no system call, and no worker sleeps while a token waits
+ *    before that read (a seq_cst fence between the two, and one after the
+ *    worker's decrement: kick(), stop_spinning()); so the token precedes
+ *    the worker's take after the spin and its re-check (W3), which
+ *    therefore see it, or someone took it.  But the counted worker may
+ *    take ANOTHER token and run it for a long time (a child blocked on its
+ *    sibling); so whenever a worker that left the spin phase takes a
+ *    token, it hands on what is left: it reads the ring's size and, if
+ *    tokens remain, does the producer's step itself (kick, hand_on()).  By
+ *    induction every token left to a spinner is taken or kicked on.  If
+ *    the producer did not count the worker, the worker is announced in
+ *    `waiters` (or will re-check), and argument 2 applies.  So a batch-1
+ *    dispatch to an engine with a spinning worker makes no system call and
+ *    writes none of the eventcount's lines, and no worker sleeps while a
+ *    token waits
  *    (test_dispatch's dispatch_idle_worker_not_left_asleep; park_wake.pml
- *    with two submits counting one spinner, and its seeded bugs 4 and 5).
+ *    with two submits counting one spinner, and its seeded bugs 4, 5, 7).
  *
  * 4. Idle workers stop burning CPU after spin_ns: the spin loop reads the
  *    clock every 64 pauses and parks once the deadline passed.
@@ -116,12 +124,15 @@
 #include "../lib/probes.h"
 
 struct fq_worker {
-	struct fq *q;		  /* I */
-	pthread_t thread;	  /* I */
-	unsigned index;		  /* I */
-	int cpu;		  /* I: pinned CPU or -1 */
-	bool started;		  /* I: pthread_create succeeded */
-	bool counted;		  /* W: counted in q->spinning (argument 3) */
+	struct fq *q;	  /* I */
+	pthread_t thread; /* I */
+	unsigned index;	  /* I */
+	int cpu;	  /* I: pinned CPU or -1 */
+	bool started;	  /* I: pthread_create succeeded */
+	bool counted;	  /* W: counted in q->spinning (argument 3) */
+	/* A: a hint for kick(): set just before the worker's FUTEX_WAIT, and
+	 * cleared when it returns (relaxed both ways; see prefer_local()). */
+	_Atomic bool asleep;
 	_Atomic uint64_t items;	  /* W: read by stats with relaxed loads */
 	_Atomic uint64_t parks;	  /* W */
 	_Atomic uint64_t wakeups; /* W */
@@ -316,7 +327,7 @@ static struct fq_work *offer_take(struct fq *q, bool any)
  * yields: that CPU belongs to the thread that dispatches, and neither a
  * rarely-yielding spinner (the dispatcher waits for its CPU) nor parking
  * at once (a FUTEX_WAKE and a preemption of the application per dispatch)
- * serves it.  The measurements behind these rates are in doc/profile.txt.
+ * serves it.  The measurements behind these rates are in bench/PROFILE.txt.
  */
 static struct fq_work *spin_for_work(struct fq_worker *self,
 				     bool yield_always)
@@ -354,13 +365,19 @@ static struct fq_work *spin_for_work(struct fq_worker *self,
 	}
 }
 
-void fq_note_app_cpu(struct fq *q)
+static int note_app_cpu(struct fq *q)
 {
 	int cpu = sched_getcpu();
 
 	/* relaxed: a placement hint, see app_cpu_worker(). */
 	if (atomic_load_explicit(&q->app_cpu, memory_order_relaxed) != cpu)
 		atomic_store_explicit(&q->app_cpu, cpu, memory_order_relaxed);
+	return cpu;
+}
+
+void fq_note_app_cpu(struct fq *q)
+{
+	(void)note_app_cpu(q);
 }
 
 /* ------------------------------------------------------------ eventcount */
@@ -480,31 +497,111 @@ void fq_unreserve(struct fq *q, unsigned n)
 					  memory_order_relaxed);
 }
 
+/* A parked worker sleeps on q->idle.seq with this bit in its futex bitset,
+ * so that a waker can pick it out (wake()); several workers may share a
+ * bit beyond 32 workers, which only makes the pick less precise. */
+static uint32_t worker_bit(const struct fq_worker *wk)
+{
+	return 1u << (wk->index & 31);
+}
+
+/* The worker pinned to @cpu, if it looks parked (a relaxed hint: a stale
+ * answer costs one futex call that wakes nobody, or a remote wake). */
+static struct fq_worker *local_sleeper(struct fq *q, int cpu)
+{
+	struct fq_worker *wk = NULL;
+	unsigned i;
+
+	if (cpu < 0)
+		return NULL;
+	/* Worker i is pinned to the i-th allowed CPU: to CPU i when every
+	 * CPU is allowed.  Otherwise look for it (only on this slow path,
+	 * about to make a system call anyway). */
+	if ((unsigned)cpu < q->nworkers && q->workers[cpu].cpu == cpu)
+		wk = &q->workers[cpu];
+	for (i = 0; !wk && i < q->nworkers; i++)
+		if (q->workers[i].cpu == cpu)
+			wk = &q->workers[i];
+	/* relaxed: a hint, see struct fq_worker. */
+	if (!wk || !atomic_load_explicit(&wk->asleep, memory_order_relaxed))
+		return NULL;
+	return wk;
+}
+
+/*
+ * FUTEX_WAKE up to @n workers parked on q->idle.seq, and first, if it is
+ * parked, the one pinned to @cpu: the CPU of the application thread that
+ * submits (-1: no preference).  That thread usually waits for the result
+ * next (fanout_wait, a join), so its CPU is about to be free; a worker
+ * woken there runs at once, where the futex queue's first sleeper - the
+ * one parked longest, as often as not pinned to the other CPU - needs an
+ * inter-processor interrupt to a halted CPU, which on a virtual machine is
+ * a trip through the hypervisor: 30-40 us of the waker's time and 80 us
+ * until the item runs on this host (bench/PROFILE.txt, "The parked
+ * path").  The kernel places an unpinned thread the same way (a wakee
+ * goes to the waker's CPU when that is cheaper).
+ *
+ * Whom we wake does not matter to arguments 2 and 3, only how many: the
+ * targeted FUTEX_WAKE_BITSET and the plain FUTEX_WAKE after it together
+ * wake min(n, queued sleepers), as one plain FUTEX_WAKE(n) would.  A
+ * worker that queues itself between the two calls read seq after our
+ * increment (else its FUTEX_WAIT fails with EAGAIN) and so re-checked the
+ * ring after our enqueue: waking it too is only a spurious wake.
+ */
+static void wake(struct fq *q, unsigned n, int cpu)
+{
+	struct fq_worker *wk = local_sleeper(q, cpu);
+	long woken = 0;
+
+	if (wk) {
+		woken = syscall(SYS_futex, (uint32_t *)&q->idle.seq,
+				FUTEX_WAKE_BITSET_PRIVATE, 1, NULL, NULL,
+				worker_bit(wk));
+		if (woken < 0)
+			woken = 0;
+	}
+	if ((unsigned long)woken < n)
+		futex(&q->idle.seq, FUTEX_WAKE_PRIVATE,
+		      (uint32_t)(n - (unsigned long)woken), NULL);
+}
+
 /*
  * Argument 3: wake sleepers for the n waiting tokens that the spinners
- * cannot cover.  seq_cst increment, then seq_cst loads: pairs with the
- * workers' seq_cst announcement (fq_ec_prepare) and spinner count.
+ * cannot cover; @cpu as in wake().
+ *
+ * seq_cst fence, then the seq_cst load of `spinning`: the enqueue before
+ * the fence is seen by a counted spinner's take after its decrement and
+ * the fence in stop_spinning() (fence-fence store-buffering pattern), or
+ * the load sees that decrement.  When the spinners cover the tokens,
+ * that is all: `seq` is not touched, so the hot hand-off writes no line a
+ * worker reads (the eventcount's line stays shared, untransferred).  Else
+ * the seq_cst increment of `seq` (P2), then the seq_cst load of `waiters`
+ * (P3): argument 2, pairing with fq_ec_prepare().
  */
-static void kick(struct fq *q, unsigned n)
+static void kick(struct fq *q, unsigned n, int cpu)
 {
-	unsigned spinners;
+	unsigned spinners, waiters;
 
-	atomic_fetch_add_explicit(&q->idle.seq, 1, memory_order_seq_cst);
+	atomic_thread_fence(memory_order_seq_cst);
 	spinners = atomic_load_explicit(&q->spinning, memory_order_seq_cst);
-	if (n > spinners &&
-	    atomic_load_explicit(&q->idle.waiters, memory_order_seq_cst))
-		futex(&q->idle.seq, FUTEX_WAKE_PRIVATE, (int)(n - spinners),
-		      NULL);
+	if (n <= spinners)
+		return;
+	atomic_fetch_add_explicit(&q->idle.seq, 1, memory_order_seq_cst);
+	waiters = atomic_load_explicit(&q->idle.waiters, memory_order_seq_cst);
+	/* Waking every sleeper anyway: no need to pick one first. */
+	if (waiters)
+		wake(q, n - spinners, n - spinners >= waiters ? -1 : cpu);
 }
 
 void fq_submit(struct fq *q, struct fq_work *w, unsigned n)
 {
 	unsigned i;
+	int cpu = -1;
 
 	if (!n)
 		return;
 	if (!tls_self)
-		fq_note_app_cpu(q);
+		cpu = note_app_cpu(q);
 	FQ_HANDOFF_RELEASE(w);
 	for (i = 0; i < n; i++) {
 		/* ck_ring_enqueue_mpmc publishes the slot with a store fence
@@ -515,7 +612,7 @@ void fq_submit(struct fq *q, struct fq_work *w, unsigned n)
 		if (!ok)
 			abort(); /* broken invariant: credits (argument 1) */
 	}
-	kick(q, n);
+	kick(q, n, cpu);
 }
 
 /* --------------------------------------------------------------- workers */
@@ -546,27 +643,41 @@ static void run_item(struct fq_worker *self, struct fq_work *w)
 
 static void stop_spinning(struct fq *q)
 {
-	/* seq_cst: orders the re-check before it against fq_submit's load of
-	 * `spinning` (argument 3). */
+	/* seq_cst RMW, then a seq_cst fence: orders our next looks at the
+	 * ring after the decrement, against kick()'s fence; load of
+	 * `spinning` (argument 3).  On x86 the locked RMW is the fence
+	 * already; the fence makes it so in C11 too, for the relaxed ring
+	 * loads that follow. */
 	atomic_fetch_sub_explicit(&q->spinning, 1, memory_order_seq_cst);
+	atomic_thread_fence(memory_order_seq_cst);
 }
 
 /*
  * A worker that was counted as a spinner took a token and is about to run
  * it, possibly for a long time: producers that counted on it may have left
- * tokens for it, so pass them on (argument 3).  The seq_cst load of `seq`
- * orders the size read after our seq_cst decrement against the producers'
- * seq_cst increment, which follows their enqueue (without it the relaxed
- * ring loads could be satisfied early on a weakly ordered CPU).
+ * tokens for it, so pass them on (argument 3).  A counted worker calls it
+ * after stop_spinning(), whose fence orders this size read after its
+ * decrement against the producers' fence in kick(), which follows their
+ * enqueue.  (The uncounted app-CPU worker also hands on; nobody relied on
+ * it, so that is only a courtesy.)
  */
 static void hand_on(struct fq *q)
 {
 	unsigned left;
 
-	(void)atomic_load_explicit(&q->idle.seq, memory_order_seq_cst);
 	left = ck_ring_size(&q->ring);
 	if (left)
-		kick(q, left);
+		kick(q, left, -1);
+}
+
+/* W4 of argument 2: sleep while idle.seq == v, with our bit (wake()). */
+static void park(struct fq_worker *self, uint32_t v)
+{
+	/* relaxed: a hint for local_sleeper(); correctness never reads it. */
+	atomic_store_explicit(&self->asleep, true, memory_order_relaxed);
+	syscall(SYS_futex, (uint32_t *)&self->q->idle.seq,
+		FUTEX_WAIT_BITSET_PRIVATE, v, NULL, NULL, worker_bit(self));
+	atomic_store_explicit(&self->asleep, false, memory_order_relaxed);
 }
 
 /* Run a token taken from an offer: as a ring token taken after spinning
@@ -661,7 +772,7 @@ static void *worker_main(void *arg)
 		FANOUT_PROBE_WORKER_PARK(self->index, self->cpu);
 		/* The clock only while a tracer watches worker__wake. */
 		slept = FANOUT_PROBE_WORKER_WAKE_ENABLED() ? fq_now_ns() : 0;
-		fq_ec_wait(&q->idle, v, 0);
+		park(self, v);
 		fq_ec_done(&q->idle);
 		bump(&self->wakeups);
 		if (FANOUT_PROBE_WORKER_WAKE_ENABLED())

@@ -38,6 +38,10 @@ $(eval $(call models_run,join_cancel-bug2,join_cancel,fail,-DBUG=2,-DSAFETY,))
 # -DFIX=0 is the code before that fix (a spinner counted by two submits,
 # between its re-check and stop_spinning, slept through the second token):
 # spin must still find that lost wakeup.  -DFIX=2 is an alternative fix.
+# A producer's wake is a targeted FUTEX_WAKE_BITSET of the worker on its
+# CPU, then a plain wake for the rest (fq.c, wake()); BUG=6 drops the
+# plain wake once a targeted one was tried.  A producer whose tokens the
+# spinners cover does not touch seq; BUG=7 reads spinning before enqueueing.
 $(eval $(call models_run,park_wake,park_wake,pass,,-DSAFETY,))
 $(eval $(call models_run,park_wake-np,park_wake,pass,,-DNP,-l))
 $(eval $(call models_run,park_wake-W3K3,park_wake,pass,-DW=3 -DK=3,-DSAFETY,))
@@ -50,6 +54,9 @@ $(eval $(call models_run,park_wake-bug2,park_wake,fail,-DBUG=2,-DSAFETY,))
 $(eval $(call models_run,park_wake-bug3-np,park_wake,fail,-DBUG=3,-DNP,-l))
 $(eval $(call models_run,park_wake-bug4,park_wake,fail,-DBUG=4,-DSAFETY,))
 $(eval $(call models_run,park_wake-bug5,park_wake,fail,-DBUG=5,-DSAFETY,))
+$(eval $(call models_run,park_wake-bug6,park_wake,fail,-DBUG=6,-DSAFETY,))
+$(eval $(call models_run,park_wake-bug6-batch,park_wake,fail,-DBUG=6 -DBATCH=1,-DSAFETY,))
+$(eval $(call models_run,park_wake-bug7,park_wake,fail,-DBUG=7,-DSAFETY,))
 
 # work-first offers (queue/fq.c argument 7, lib/deleg.c help_offer): a
 # fanout_run caller whose child needs a sibling run elsewhere; 2 and 3

@@ -8,10 +8,23 @@
  * eventcount's `waiters`; see tests/models/README.md):
  *
  * kick(n) (fq_submit's tail, and a spinner's hand-on):
- *     seq++;                        seq_cst RMW   P2
+ *     fence;                        seq_cst fence (SC here: implicit)
  *     s = spinning;                 seq_cst load
- *     if (n > s && nidle > 0)       seq_cst load  P3
- *         futex_wake(&seq, n - s);
+ *     if (n > s) {
+ *         seq++;                    seq_cst RMW   P2
+ *         if (nidle > 0)            seq_cst load  P3
+ *             wake(n - s);
+ *     }
+ * (when the spinners cover the tokens, seq is not touched at all)
+ * wake(m) (fq.c's wake(); only a producer has a CPU to prefer, a hand-on
+ * passes cpu = -1 and goes straight to the plain wake):
+ *     k = FUTEX_WAKE_BITSET(&seq, 1, bit of the worker on the caller's CPU)
+ *         if that worker's `asleep` hint is set, else k = 0;
+ *     if (k < m) futex_wake(&seq, m - k);
+ * The targeted wake and the plain one are two system calls: anything may
+ * happen between them.  Which worker is preferred, and whether the hint
+ * is stale (set while the worker is not queued yet, or already woken), is
+ * chosen nondeterministically.
  * Producer, per fq_submit(n): enqueue n tokens (P1); kick(n).
  * Worker (FIX=0: worker_main BEFORE the fix; FIX=1, the default, is the
  * code as it is now - see below):
@@ -102,6 +115,16 @@
  *           and skipped the wake, the spinner took token 1 and blocks on
  *           it, token 2 waits with the other worker asleep (what
  *           test_dispatch's dispatch_idle_worker_not_left_asleep found).
+ *   BUG=6   wake() makes the plain wake only when no targeted wake was
+ *           tried (counting a tried one as a success): a batch of two
+ *           tokens wakes the preferred worker alone, or nobody when the
+ *           preferred one was not queued; the other token waits with a
+ *           worker asleep.
+ *   BUG=7   the producer reads `spinning` BEFORE it enqueues (what kick()
+ *           would allow on a CPU with a store buffer without its fence,
+ *           and a worker without the fence after its decrement): it counts
+ *           a spinner that has already left, skips the wake, and the
+ *           token waits with every worker asleep.
  *   BUG=5   the worker stops counting as a spinner BEFORE it announces
  *           itself and re-checks, and a take at the re-check is then a
  *           plain take (it no longer counts as a spinner: nothing handed
@@ -109,20 +132,21 @@
  *           early decrement alone is FIX=1; what BUG=5 drops is its
  *           hand-on.
  *
- * Spin explores sequentially consistent interleavings only. The handshake
- * is the store-buffering (Dekker) pattern - producer "write seq; read
- * spinning, nidle" against worker "write nidle or spinning; read seq / the
- * ring" - and it is the seq_cst order on S1, S2, W1, W2, P2 and kick's two
- * loads (fq.c, arguments 2 and 3) that rules out the outcomes where both
- * reads are stale, which no SC interleaving has. The enqueue (P1), takes
- * and ring-size reads are not seq_cst; a take or size read sequenced after
- * W2 still sees P1 when W2 reads P2's value or a later one (P2 heads a
- * release sequence of seq RMWs that W2 acquires). took_while_spinning's
- * size read after the SPIN's take has no such pairing: it is a relaxed
- * load after the seq_cst decrement, and SC assumes it sees every token
- * whose producer counted the spinner. C11 guarantees that only with a
- * seq_cst load of seq (or fences on both sides) between the decrement and
- * the size read; without it, it is outside what this model checks.
+ * Spin explores sequentially consistent interleavings only. The handshakes
+ * are store-buffering (Dekker) patterns - producer "enqueue; fence; read
+ * spinning" against worker "write spinning; fence; read the ring", and
+ * producer "write seq; read nidle" against worker "write nidle; read seq /
+ * the ring" - and it is the seq_cst order on S1, S2, W1, W2, P2, kick's
+ * fence and loads and stop_spinning's fence (fq.c, arguments 2 and 3) that
+ * rules out the outcomes where both reads are stale, which no SC
+ * interleaving has. The enqueue (P1), takes and ring-size reads are not
+ * seq_cst: a take or size read sequenced after W2 still sees P1 when W2
+ * reads P2's value or a later one (P2 heads a release sequence of seq
+ * RMWs that W2 acquires); a take or size read after S2 (stop_spinning's
+ * decrement and fence) sees every P1 whose producer's load of spinning,
+ * after its fence, counted the spinner (the C11 fence-fence rule). BUG=7
+ * is what is left without those fences: the load of spinning done before
+ * the enqueue.
  */
 
 #ifndef W
@@ -163,14 +187,53 @@ inline futex_wake(n)
 	}
 }
 
-/* kick(q, n): P2, the load of spinning, P3 (the load of nidle) - three
- * steps. `s` is the caller's scratch local, cleared in the step after. */
-inline kick(n, s)
+/* wake(m) with a preferred worker.  First FUTEX_WAKE_BITSET(&seq, 1, bit
+ * of the preferred worker), one kernel step: it dequeues that worker if it
+ * is queued (any of them may be the preferred one), else wakes nobody (a
+ * stale hint); or it is not tried at all (the hint was unset).  k = how
+ * many it woke, 2 if not tried.  Then, as a separate kernel call, the
+ * plain wake for the rest of the count.  `k` is the caller's scratch. */
+inline wake_pref(m, k)
 {
-	seq++;                                  /* P2: atomic, full barrier */
-	s = spinning;
+	atomic {
+		if
+		:: waiting[0] -> waiting[0] = 0; k = 1
+		:: waiting[1] -> waiting[1] = 0; k = 1
+		:: W > 2 && waiting[2] -> waiting[2] = 0; k = 1
+		:: k = 0                        /* preferred one not queued */
+		:: k = 2                        /* hint unset: not tried */
+		fi
+	};
+	atomic {
+		if
+		:: k == 2 -> futex_wake(m)
+#if BUG == 6
+		:: else                         /* tried: counted as a success */
+#else
+		:: k != 2 && k < m -> futex_wake(m - k)
+		:: else
+#endif
+		fi;
+		k = 0
+	}
+}
+
+/* kick(q, n, cpu): the load of spinning (after kick's fence), then only if
+ * the spinners do not cover the tokens P2 and P3 (the load of nidle), then
+ * wake(); `pref`: a producer's kick (it prefers the worker on
+ * its CPU), else a hand-on's (cpu = -1: the plain wake alone). `s` and `k`
+ * are the caller's scratch locals, cleared in the step after. */
+inline kick(n, s, k, pref)
+{
+	s = spinning;                           /* after the fence */
 	if
-	:: n > s && nidle > 0 -> atomic { futex_wake(n - s); s = 0 }
+	:: n > s ->
+		seq++;                          /* P2: atomic, full barrier */
+		if
+		:: nidle > 0 && pref -> s = n - s; wake_pref(s, k); s = 0
+		:: nidle > 0 && !pref -> atomic { futex_wake(n - s); s = 0 }
+		:: else -> s = 0
+		fi
 	:: else -> s = 0
 	fi
 }
@@ -191,6 +254,7 @@ proctype producer(byte subs; byte per)
 {
 	byte n = 0;
 	byte s = 0;
+	byte k = 0;
 #if BUG == 1
 	byte idle;
 #endif
@@ -208,8 +272,22 @@ proctype producer(byte subs; byte per)
 		fi;
 		idle = 0;
 #else
+#if BUG == 7
+		s = spinning;                   /* read before the enqueue */
+		items = items + per;            /* P1 */
+		if
+		:: per > s ->
+			seq++;
+			if
+			:: nidle > 0 -> s = per - s; wake_pref(s, k); s = 0
+			:: else -> s = 0
+			fi
+		:: else -> s = 0
+		fi;
+#else
 		items = items + per;            /* P1: enqueue `per` tokens */
-		kick(per, s);
+		kick(per, s, k, 1);
+#endif
 #endif
 		n++
 	:: else -> break
@@ -221,6 +299,7 @@ proctype worker(byte me)
 	bool got;
 	byte v = 0;
 	byte s = 0;
+	byte k = 0;
 	byte left = 0;
 
 loop:
@@ -295,7 +374,7 @@ took:	/* took_while_spinning() */
 handon:	/* hand_on(): pass on what producers left to a counted spinner */
 	left = items;                           /* ck_ring_size */
 	if
-	:: left > 0 -> kick(left, s); left = 0
+	:: left > 0 -> kick(left, s, k, 0); left = 0
 	:: else
 	fi;
 ran:	/* run_item: at most one token blocks until all others are done */
