@@ -108,7 +108,8 @@ struct fanout_tomb {
 /* A slot's pointer: a record, or its tomb with bit 0 set. */
 #define TOMB_TAG 1u
 #define IS_TOMB(p) (((uintptr_t)(p)) & TOMB_TAG)
-#define TOMB_OF(p) ((struct fanout_tomb *)((uintptr_t)(p) & ~(uintptr_t)TOMB_TAG))
+#define TOMB_OF(p)                                                             \
+	((struct fanout_tomb *)((uintptr_t)(p) & ~(uintptr_t)TOMB_TAG))
 
 struct slot_chunk {
 	/* A: bit i set while slot i holds a record (list walks these). */
@@ -350,8 +351,8 @@ static bool read_tomb(const struct fanout_tomb *tb, fanout_id id,
 		atomic_load_explicit(&tb->npending, memory_order_relaxed);
 	flags = atomic_load_explicit(&tb->flags, memory_order_relaxed);
 	for (unsigned i = 0; i < TOMB_KEY / 8; i++)
-		key[i] = atomic_load_explicit(&tb->key[i],
-					      memory_order_relaxed);
+		key[i] =
+			atomic_load_explicit(&tb->key[i], memory_order_relaxed);
 	/* acquire fence: the loads above complete before the re-read. */
 	atomic_thread_fence(memory_order_acquire);
 	if (atomic_load_explicit(&tb->seq, memory_order_relaxed) != s) {
@@ -386,9 +387,9 @@ bool fanout__table_finished(struct fanout_engine *e, fanout_id id)
 		return false;
 	do {
 		/* acquire: as in find; the tomb was published by the CAS. */
-		p = atomic_load_explicit(&chunk_of(t, slot)->rec[slot &
-								 (CHUNK - 1)],
-					 memory_order_acquire);
+		p = atomic_load_explicit(
+			&chunk_of(t, slot)->rec[slot & (CHUNK - 1)],
+			memory_order_acquire);
 		if (!IS_TOMB(p))
 			return false;
 	} while (!read_tomb(TOMB_OF(p), id, &info, &retry) && retry);

@@ -100,7 +100,12 @@
  *    token only from an offer FQ_OFFER_HOLD_NS old: the offering thread
  *    runs the item itself meanwhile, so a batch it finishes sooner costs
  *    no cross-core traffic, and a long one gets help within 2 us of its
- *    start whatever its first child does.
+ *    start whatever its first child does.  As many workers as can run
+ *    the tokens: an owner that keeps its offer open kicks for them as a
+ *    ring submit would (fq_offer_kick: the sleepers the spinners cannot
+ *    cover are woken, and join once the offer is old enough), and
+ *    hand_on counts the tokens left in open offers with the ring's, so a
+ *    batch whose children wait for each other gets them all running.
  */
 #include "fq.h"
 #include "clock.h"
@@ -237,7 +242,8 @@ int fq_offer_open(struct fq *q, struct fq_work *w, unsigned n)
 		      1;
 		/* relaxed: published by the exchange below (argument 7). */
 		atomic_store_explicit(&o->w, w, memory_order_relaxed);
-		atomic_store_explicit(&o->t0, fq_cycles(), memory_order_relaxed);
+		atomic_store_explicit(&o->t0, fq_cycles(),
+				      memory_order_relaxed);
 		FQ_HANDOFF_RELEASE(w);
 		/* seq_cst: the release that publishes the item to takers, and
 		 * the store of argument 7's pair with a parking spinner (before
@@ -259,8 +265,8 @@ unsigned fq_offer_close(struct fq *q, int slot)
 {
 	struct fq_offer *o = &q->offers[slot];
 	/* relaxed: only the owner writes the generation. */
-	uint64_t gen = atomic_load_explicit(&o->word, memory_order_relaxed) >>
-		       32;
+	uint64_t gen =
+		atomic_load_explicit(&o->word, memory_order_relaxed) >> 32;
 	/* relaxed: the tokens' ownership is the RMW order alone; what the
 	 * owner does with the count (drop references) has its own order. */
 	uint64_t old = atomic_exchange_explicit(&o->word, gen << 32,
@@ -270,6 +276,24 @@ unsigned fq_offer_close(struct fq *q, int slot)
 	atomic_fetch_and_explicit(&q->offers_open, ~(1ull << slot),
 				  memory_order_release);
 	return (uint32_t)old;
+}
+
+/* Tokens left in open offers (a hint for hand_on, argument 7).  relaxed:
+ * like the ring's size read there, ordered by stop_spinning's fence. */
+static unsigned offered_left(struct fq *q)
+{
+	uint64_t open =
+		atomic_load_explicit(&q->offers_open, memory_order_relaxed);
+	unsigned n = 0;
+
+	while (open) {
+		unsigned i = (unsigned)__builtin_ctzll(open);
+
+		open &= open - 1;
+		n += (uint32_t)atomic_load_explicit(&q->offers[i].word,
+						    memory_order_relaxed);
+	}
+	return n;
 }
 
 /* Take one token from an open offer: one old enough, or any with @any
@@ -329,8 +353,7 @@ static struct fq_work *offer_take(struct fq *q, bool any)
  * at once (a FUTEX_WAKE and a preemption of the application per dispatch)
  * serves it.  The measurements behind these rates are in bench/PROFILE.txt.
  */
-static struct fq_work *spin_for_work(struct fq_worker *self,
-				     bool yield_always)
+static struct fq_work *spin_for_work(struct fq_worker *self, bool yield_always)
 {
 	struct fq *q = self->q;
 	uint64_t deadline = 0;
@@ -665,9 +688,14 @@ static void hand_on(struct fq *q)
 {
 	unsigned left;
 
-	left = ck_ring_size(&q->ring);
+	left = ck_ring_size(&q->ring) + offered_left(q);
 	if (left)
 		kick(q, left, -1);
+}
+
+void fq_offer_kick(struct fq *q, unsigned n)
+{
+	kick(q, n, -1);
 }
 
 /* W4 of argument 2: sleep while idle.seq == v, with our bit (wake()). */

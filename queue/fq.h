@@ -150,6 +150,11 @@ void fq_submit(struct fq *q, struct fq_work *w, unsigned n);
 #define FQ_OFFER_HOLD_NS 2000
 int fq_offer_open(struct fq *q, struct fq_work *w, unsigned n);
 bool fq_spinners(struct fq *q);
+/* After an offer of @n tokens was kept open: wake as many parked workers
+ * as the spinners cannot cover, as fq_submit() does for ring tokens
+ * (a batch whose children wait for each other still gets them all
+ * running at once); they join once the offer is old enough. */
+void fq_offer_kick(struct fq *q, unsigned n);
 unsigned fq_offer_close(struct fq *q, int slot);
 
 /*

@@ -421,8 +421,9 @@ static void finished_snapshot_survives_event_free(const char *key, bool run)
 	assert_int_equal(n, 1);
 	assert_true(infos[0].id == id);
 	assert_string_equal(infos[0].session_key, key);
-	assert_int_equal(fanout_cancel(e, id ^ 0x1000000, FANOUT_CANCEL_PENDING),
-			 -ENOENT);
+	assert_int_equal(
+		fanout_cancel(e, id ^ 0x1000000, FANOUT_CANCEL_PENDING),
+		-ENOENT);
 	tb_free(tb);
 	fanout_destroy(e);
 }

@@ -646,8 +646,9 @@ static int wait_for_sibling(struct fanout_child *c, void *arg)
 
 static void sibling_runs_elsewhere(uint64_t spin_ns, bool offered)
 {
-	struct fanout_engine *e = NEW_ENGINE(
-		.workers = 2, .flags = FANOUT_NO_PIN, .spin_ns = spin_ns);
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN,
+			   .spin_ns = spin_ns);
 
 	for (int round = 0; round < 20; round++) {
 		struct sibling_wait w = {0};
@@ -679,6 +680,50 @@ static void run_offer_taken_by_spinner(void **state)
 static void run_tokens_wake_parked_workers(void **state)
 {
 	sibling_runs_elsewhere(1, false);
+}
+
+/* A batch whose children wait for each other needs them all running at
+ * once: 8 children on the caller + 7 of 8 workers, most of them parked
+ * when the offer opens (spin_ns 1 ms), so the owner's kick must wake
+ * them (queue/fq.c, argument 7). */
+struct rendezvous {
+	atomic_int arrived;
+	atomic_int late;
+};
+
+static int rendezvous_fn(struct fanout_child *c, void *arg)
+{
+	struct rendezvous *r = arg;
+
+	atomic_fetch_add(&r->arrived, 1);
+	if (!wait_ge(&r->arrived, 8, WAIT_MS)) {
+		atomic_fetch_add(&r->late, 1);
+		return -ETIMEDOUT;
+	}
+	return 0;
+}
+
+static void run_rendezvous_batch_gets_all_workers(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 8, .flags = FANOUT_NO_PIN,
+			   .spin_ns = 1000000);
+
+	for (int round = 0; round < 5; round++) {
+		struct rendezvous r = {0};
+		struct fanout_task t[8];
+		struct fanout_batch b = {.tasks = t, .ntasks = 8};
+		struct fanout_event *ev = NULL;
+
+		for (int i = 0; i < 8; i++)
+			t[i] = (struct fanout_task){"meet", rendezvous_fn, &r};
+		usleep(round * 1000); /* some rounds with workers parked */
+		assert_int_equal(fanout_run(e, &b, &ev), 0);
+		assert_int_equal(atomic_load(&r.late), 0);
+		assert_int_equal(ev->ncompleted, 8);
+		fanout_event_free(ev);
+	}
+	fanout_destroy(e);
 }
 
 /* Offers under churn: nested runs from several application threads and
@@ -733,15 +778,14 @@ static void *churn_thread(void *arg)
 
 static void run_offers_under_churn(void **state)
 {
-	struct churn ch = {.e = NEW_ENGINE(.workers = 2,
-					   .flags = FANOUT_NO_PIN,
+	struct churn ch = {.e = NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN,
 					   .spin_ns = 1000000)};
 	pthread_t th[3];
 	void *ret;
 
 	for (int i = 0; i < 3; i++)
-		assert_int_equal(pthread_create(&th[i], NULL, churn_thread, &ch),
-				 0);
+		assert_int_equal(
+			pthread_create(&th[i], NULL, churn_thread, &ch), 0);
 	for (int i = 0; i < 3; i++) {
 		assert_int_equal(pthread_join(th[i], &ret), 0);
 		assert_null(ret);
@@ -780,6 +824,7 @@ int main(void)
 		TC(run_offer_taken_by_spinner),
 		TC(run_tokens_wake_parked_workers),
 		TC(run_offers_under_churn),
+		TC(run_rendezvous_batch_gets_all_workers),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
