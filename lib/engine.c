@@ -303,8 +303,11 @@ void fanout_destroy(struct fanout_engine *e)
 	fanout__table_destroy(e);
 	/* Every record and sink handed to call_rcu is gone after this; the
 	 * second barrier catches records released BY those callbacks (a sink
-	 * destroyed earlier drains its leftover events in its callback). */
+	 * destroyed earlier drains its leftover events in its callback).
+	 * Before each, the records waiting for a batch are handed over. */
+	fanout__rec_flush(e);
 	rcu_barrier();
+	fanout__rec_flush(e);
 	rcu_barrier();
 	FQ_HANDOFF_ACQUIRE(&fanout__rcu_token); /* the callbacks' release */
 	if (inherited)

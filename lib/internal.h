@@ -200,6 +200,7 @@ struct record {
 	_Atomic(struct leftover *) leftovers;
 	_Atomic uint32_t ncompleted; /* A: completed children (QUORUM) */
 	struct rcu_head rcu;	     /* L: deferred free */
+	struct record *free_next;    /* H: the engine's `retired` batch */
 	struct cds_wfcq_node qnode;  /* L: sink linkage */
 	uint64_t finish_seq;	     /* F: position among finished records */
 
@@ -289,6 +290,10 @@ struct fanout_engine {
 	struct cds_lfht_node engines_node; /* L: in tree.c's registry */
 	uint64_t serial; /* I: unique per process, never reused (tree.c) */
 
+	/* A: records waiting for a batched call_rcu: head | batch length
+	 * (record.c, "Batched reclamation"). */
+	_Atomic uintptr_t retired __attribute__((aligned(CACHELINE)));
+
 	/* Large record blocks kept for reuse (blocks.c): taken by dispatch,
 	 * given back by the call_rcu callbacks that free records. */
 	struct fanout_blocks blocks __attribute__((aligned(CACHELINE))); /* A */
@@ -299,6 +304,7 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 				 const struct fanout_batch *b, unsigned depth,
 				 bool background, unsigned nrunners);
 void fanout__rec_put(struct record *rec, uint32_t n);
+void fanout__rec_flush(struct fanout_engine *e);
 void fanout__active_put(struct fanout_engine *e, uint32_t n);
 
 /* join.c */
@@ -331,6 +337,7 @@ void fanout__engines_add(struct fanout_engine *e);
 void fanout__engines_del(struct fanout_engine *e);
 int fanout__engines_init(void);
 void fanout__tree_cancel(struct record *rec, unsigned how);
+void fanout__engines_flush(void);
 /* Chunk size: about 8 claims per runner, so runners stay balanced while
  * `claim` is touched once per chunk, not once per child (and `remaining`
  * once per runner, see fanout__run_token). */

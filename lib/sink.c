@@ -313,8 +313,13 @@ static void wait_spin(const struct waiter *w)
 /* Sleep until a publisher signals or the deadline passes (false). */
 static bool wait_sleep(const struct waiter *w)
 {
-	uint32_t v = fq_ec_prepare(&w->s->ec);
+	uint32_t v;
 	bool woke = true;
+
+	/* About to sleep: records this engine retired wait for no batch
+	 * (record.c, "Batched reclamation"). */
+	fanout__rec_flush(w->s->e);
+	v = fq_ec_prepare(&w->s->ec);
 
 	/* Re-check after announcing ourselves: a publish before the
 	 * announcement is seen here, one after it signals (fq.c). */

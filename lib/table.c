@@ -121,10 +121,13 @@ struct slot_chunk {
 };
 
 struct fanout_table {
-	uint64_t key;		    /* I: id scramble */
-	_Atomic uint32_t nchunks;   /* A: chunks allocated, grow only */
-	_Atomic uint64_t free_head; /* A: tag << 32 | (slot + 1); 0 = none */
+	/* Read by every lookup and event free: apart from free_head, which
+	 * dispatches and evictions write. */
+	uint64_t key;		  /* I: id scramble */
+	_Atomic uint32_t nchunks; /* A: chunks allocated, grow only */
 	_Atomic(struct slot_chunk *) chunk[MAX_CHUNKS]; /* A: set once */
+	/* A: tag << 32 | (slot + 1); 0 = none */
+	_Atomic uint64_t free_head __attribute__((aligned(CACHELINE)));
 };
 
 static uint64_t random_key(void)
@@ -458,7 +461,7 @@ void fanout__table_tomb(struct fanout_engine *e, struct record *rec)
 		flags |= TOMB_BG;
 	if (rec->ev.cancelled)
 		flags |= TOMB_CANCELLED;
-	if (klen <= TOMB_KEY) {
+	if (klen <= TOMB_KEY) { /* the same test as fanout__table_compact */
 		uint64_t w[TOMB_KEY / 8] = {0};
 
 		memcpy(w, rec->session_key ? rec->session_key : "", klen);
@@ -486,11 +489,9 @@ uint32_t fanout__table_compact(struct record *rec)
 	struct fanout_tomb *tb = &c->tomb[slot & (CHUNK - 1)];
 	struct record *cur = rec;
 
-	/* relaxed: our own finaliser (or us, via the event) wrote it, and
-	 * the slot is ours while we hold the event. */
-	if (!(atomic_load_explicit(&tb->flags, memory_order_relaxed) &
-	      TOMB_KEY_SET) ||
-	    atomic_load_explicit(&tb->id, memory_order_relaxed) != rec->id)
+	/* Decided from the record, which the caller's thread wrote at
+	 * dispatch: the tomb's own lines are the finaliser's. */
+	if (rec->session_key && strlen(rec->session_key) >= TOMB_KEY)
 		return 1; /* the session key did not fit: keep the record */
 	/* acq_rel: against evict's exchange (see there); release also
 	 * publishes the tomb to readers that load the tagged pointer. */

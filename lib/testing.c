@@ -36,7 +36,9 @@ void fanout_test_quiesce(void)
 {
 	/* Twice, as in fanout_destroy(): the first barrier's callbacks may
 	 * release records of their own (a destroyed sink's events). */
+	fanout__engines_flush();
 	rcu_barrier();
+	fanout__engines_flush();
 	rcu_barrier();
 }
 

@@ -141,3 +141,22 @@ int fanout_cancel_session(struct fanout_engine *e, const char *session_key,
 		*n = s.n;
 	return 0;
 }
+
+/* Hand every engine's retired records to call_rcu (fanout_test_quiesce). */
+void fanout__engines_flush(void)
+{
+	struct cds_lfht_iter iter;
+	struct cds_lfht_node *node;
+
+	if (fanout__engines_init())
+		return;
+	fanout__read_lock();
+	fanout__lfht_for_each(engines, &iter, node) {
+		struct fanout_engine *e = caa_container_of(
+			node, struct fanout_engine, engines_node);
+
+		FQ_HANDOFF_ACQUIRE(e);
+		fanout__rec_flush(e);
+	}
+	fanout__read_unlock();
+}
