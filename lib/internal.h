@@ -98,19 +98,13 @@ struct progress_slot {
 	_Atomic uint32_t n; /* A (W: only its runner writes it) */
 } __attribute__((aligned(CACHELINE)));
 
-struct task_slot {
-	fanout_fn fn;	  /* I */
-	void *arg;	  /* I */
-	const char *goal; /* I: points into the record's string area */
-};
-
 /* The running child; lives on the stack of the thread that runs it. */
 struct fanout_child {
 	struct record *rec;		/* I */
 	unsigned index;			/* I */
 	struct fanout_result *res;	/* C */
 	struct fanout_pending *pending; /* C: set by fanout_defer() */
-	uint64_t t0;			/* C: start, fq_cycles() */
+	uint64_t t0;			/* C: start, fq_cycles(), or 0 */
 	bool placed; /* C: holds one of the record's max_children places */
 };
 
@@ -154,7 +148,7 @@ struct record {
 	bool background;		/* I */
 	size_t alloc_size;		/* I */
 	uint64_t dispatched_ns;		/* I */
-	struct task_slot *tasks;	/* I */
+	struct fanout_task *tasks;	/* I: copied or borrowed */
 	uint8_t *owned;			/* C: per child, OWN_* bits */
 	struct progress_slot *progress; /* I: nrunners slots */
 	unsigned nrunners;		/* I: tokens + the fanout_run caller */
@@ -425,6 +419,15 @@ static inline uint64_t fanout__double_to_bits(double d)
 static inline void fanout__stat_add(_Atomic uint64_t *counter, uint64_t n)
 {
 	atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
+}
+
+/* The duration of a child of @rec that started at @t0 (fq_cycles()) and
+ * ends now; 0, with no clock read, on a FANOUT_NO_CHILD_CLOCK engine. */
+static inline uint64_t fanout__child_ns(const struct record *rec, uint64_t t0)
+{
+	if (rec->e->cfg.flags & FANOUT_NO_CHILD_CLOCK)
+		return 0;
+	return fq_cycles_to_ns(fq_cycles() - t0);
 }
 
 /* Add a finished child's cost to the record's running sum (lookup). */
