@@ -5,6 +5,8 @@
 #                     stdout, plots in bench/out/, bench/RESULTS.md
 #   make bench        the same with longer sweeps (--long)
 #   make bench-quick  fanout alone: orchestrator load, batch sweep, latency
+#                     and then build/plain/flags-cost: the default
+#                     against FANOUT_NO_CHILD_CLOCK / FANOUT_BORROW_TASKS
 #   make python-bench the Python package: 40 x 100 ms children vs asyncio
 #                     and ThreadPoolExecutor, 10k no-op children, the example
 #   BENCH_ARGS=...    extra options, e.g. BENCH_ARGS="--json --only latency"
@@ -47,8 +49,10 @@ $(BENCH_BIN): $(BENCH_OBJS) build/plain/libfanout.a
 	g++ -o $@ $(BENCH_OBJS) build/plain/libfanout.a $(DEP_LIBS) -ljemalloc \
 		$(BENCH_PKG_LIBS) -fopenmp -lm
 
-run: deps bench-deps $(BENCH_BIN)
+run: deps bench-deps $(BENCH_BIN) build/plain/flags-cost
 	$(BENCH_BIN) $(BENCH_ARGS)
+	@echo "== the opt-in flags (FANOUT_NO_CHILD_CLOCK, FANOUT_BORROW_TASKS) against the default =="
+	build/plain/flags-cost
 	@sh scripts/deps.sh $(PY_DEPS) && sh scripts/python-run.sh
 
 # The Python package's asyncio figures and examples/orchestrator.py alone.
@@ -60,3 +64,8 @@ bench: deps bench-deps $(BENCH_BIN)
 
 bench-quick: deps bench-deps $(BENCH_BIN)
 	$(BENCH_BIN) --quick $(BENCH_ARGS)
+
+# What FANOUT_NO_CHILD_CLOCK and FANOUT_BORROW_TASKS save per child
+# (bench/flags-cost.c): build/plain/flags-cost [ROUNDS].
+build/plain/flags-cost: bench/flags-cost.c include/fanout.h build/plain/libfanout.a
+	$(CC) $(BENCH_CFLAGS) -o $@ $< build/plain/libfanout.a $(DEP_LIBS)
