@@ -2,11 +2,11 @@
 #
 #   make run          the full side-by-side comparison (about 3 minutes):
 #                     fanout, its peers, the physical limits; the table on
-#                     stdout, plots in bench/out/, bench/RESULTS.md
+#                     stdout, plots in bench/out/, bench/RESULTS.md;
+#                     then build/plain/flags-cost: the default
+#                     against FANOUT_NO_CHILD_CLOCK / FANOUT_BORROW_TASKS
 #   make bench        the same with longer sweeps (--long)
 #   make bench-quick  fanout alone: orchestrator load, batch sweep, latency
-#                     and then build/plain/flags-cost: the default
-#                     against FANOUT_NO_CHILD_CLOCK / FANOUT_BORROW_TASKS
 #   make python-bench the Python package: 40 x 100 ms children vs asyncio
 #                     and ThreadPoolExecutor, 10k no-op children, the example
 #   BENCH_ARGS=...    extra options, e.g. BENCH_ARGS="--json --only latency"
