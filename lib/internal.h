@@ -138,16 +138,21 @@ struct fanout_pending {
  * lookups that still see it in the table read valid memory.
  */
 struct record {
+	/* Line 0 holds what the runners and a lookup of a finished record
+	 * read (table.c, snapshot()), so such a lookup misses on it, `state`
+	 * and the event only. */
 	struct fq_work work;		/* I: fn = run_token */
 	struct fanout_engine *e;	/* I */
-	struct fanout_sink *sink;	/* I: NULL for synchronous runs */
+	void *user;			/* I */
 	fanout_id id;			/* I */
 	unsigned ntasks;		/* I */
 	unsigned depth;			/* I */
 	unsigned chunk;			/* I: indices taken per claim */
 	bool background;		/* I */
-	size_t alloc_size;		/* I */
+	const char *session_key;	/* I */
 	uint64_t dispatched_ns;		/* I */
+	struct fanout_sink *sink;	/* I: NULL for synchronous runs */
+	size_t alloc_size;		/* I */
 	struct fanout_task *tasks;	/* I: copied or borrowed */
 	uint8_t *owned;			/* C: per child, OWN_* bits */
 	struct progress_slot *progress; /* I: nrunners slots */
@@ -162,9 +167,7 @@ struct record {
 	struct record *parent;
 	/* Copied into the event by the finaliser, so dispatch never
 	 * touches the event's lines (the finaliser writes them anyway). */
-	const char *context;	 /* I */
-	const char *session_key; /* I */
-	void *user;		 /* I */
+	const char *context; /* I */
 	fanout_id parent_id; /* I: record whose child started this one, or 0 */
 	uint64_t parent_engine; /* I: that record's engine's serial */
 	uint64_t deadline;	/* I: absolute, fq_now_ns(); 0 = none */
@@ -204,6 +207,12 @@ struct record {
 	_Atomic uint32_t state;	      /* A: enum rec_state */
 	_Atomic uint32_t done_word;   /* A: synchronous join, see fq_done_* */
 	_Atomic uint64_t cost_bits;   /* A: double, running sum for lookup */
+	/* F: the event's figures beside `state`, so that a lookup of a
+	 * finished record reads line 0 and this line only (table.c). */
+	uint64_t done_ns;    /* F: ev.completed_ns */
+	double done_cost;    /* F: ev.cost */
+	uint8_t done_status; /* F: ev.status */
+	bool done_cancelled; /* F: ev.cancelled */
 
 	struct fanout_event ev __attribute__((aligned(CACHELINE))); /* F */
 	struct fanout_result results[]; /* C; then tasks[], then strings */

@@ -180,6 +180,10 @@ static void finalise(struct record *rec)
 		ev->status = FANOUT_ERROR;
 		ev->error = "no child completed";
 	}
+	rec->done_ns = ev->completed_ns; /* what lookup reads (table.c) */
+	rec->done_cost = cost;
+	rec->done_status = (uint8_t)ev->status;
+	rec->done_cancelled = ev->cancelled;
 	FANOUT_PROBE_BATCH_DONE(rec->id, ev->status, nc, ne, ni);
 	/* relaxed: finish_seq needs only the RMW's total order (it is read by
 	 * other finalisers through the kept[] CAS, acq_rel).  release on
