@@ -2,12 +2,9 @@
 #
 #   make run          the full side-by-side comparison (about 3 minutes):
 #                     fanout, its peers, the physical limits; the table on
-#                     stdout, plots in bench/out/, bench/RESULTS.md;
-#                     then build/plain/flags-cost: the default
-#                     against FANOUT_NO_CHILD_CLOCK / FANOUT_BORROW_TASKS
+#                     stdout, plots in bench/out/, bench/RESULTS.md
 #   make bench        the same with longer sweeps (--long)
 #   make bench-quick  fanout alone: orchestrator load, batch sweep, latency
-#   make lookup-lines cache lines a record lookup misses on (callgrind)
 #   make python-bench the Python package: 40 x 100 ms children vs asyncio
 #                     and ThreadPoolExecutor, 10k no-op children, the example
 #   BENCH_ARGS=...    extra options, e.g. BENCH_ARGS="--json --only latency"
@@ -50,10 +47,8 @@ $(BENCH_BIN): $(BENCH_OBJS) build/plain/libfanout.a
 	g++ -o $@ $(BENCH_OBJS) build/plain/libfanout.a $(DEP_LIBS) -ljemalloc \
 		$(BENCH_PKG_LIBS) -fopenmp -lm
 
-run: deps bench-deps $(BENCH_BIN) build/plain/flags-cost
+run: deps bench-deps $(BENCH_BIN)
 	$(BENCH_BIN) $(BENCH_ARGS)
-	@echo "== the opt-in flags (FANOUT_NO_CHILD_CLOCK, FANOUT_BORROW_TASKS) against the default =="
-	build/plain/flags-cost
 	@sh scripts/deps.sh $(PY_DEPS) && sh scripts/python-run.sh
 
 # The Python package's asyncio figures and examples/orchestrator.py alone.
@@ -67,9 +62,14 @@ bench-quick: deps bench-deps $(BENCH_BIN)
 	$(BENCH_BIN) --quick $(BENCH_ARGS)
 
 # What FANOUT_NO_CHILD_CLOCK and FANOUT_BORROW_TASKS save per child
-# (bench/flags-cost.c): build/plain/flags-cost [ROUNDS].
+# (bench/flags-cost.c): make flags-cost, or build/plain/flags-cost [ROUNDS].
+# `make lookup-lines`: the cache lines a record lookup misses on.
 build/plain/flags-cost: bench/flags-cost.c include/fanout.h build/plain/libfanout.a
 	$(CC) $(BENCH_CFLAGS) -o $@ $< build/plain/libfanout.a $(DEP_LIBS)
+
+.PHONY: flags-cost
+flags-cost: build/plain/flags-cost
+	build/plain/flags-cost
 
 # Cache lines a lookup of a finished record fetches (bench/lookup-lines.c):
 # callgrind's cache simulator with a 2 MiB last level, lookups only.
