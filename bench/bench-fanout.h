@@ -22,6 +22,15 @@ void bench_fo_check_event(const struct fanout_event *ev, unsigned n, bool full);
 struct fanout_engine *bench_fo_engine(unsigned workers,
 				      const struct fanout_config *base);
 
+/*
+ * --fanout-flags: fanout_config.flags ORed into every engine the bench
+ * creates, and fanout_batch.flags of the harness's fanout peers.  The
+ * defaults (0) are what the bars are judged on.
+ */
+extern unsigned bench_fo_engine_flags, bench_fo_batch_flags;
+/* Parse "no-clock,borrow" into the two; -1 on an unknown name. */
+int bench_fo_parse_flags(const char *list);
+
 /* Scenario entry points (each adds figures and prints its table). */
 void bench_orchestrator(void);
 void bench_fanout_latency_quick(void);

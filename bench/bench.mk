@@ -107,3 +107,34 @@ bench: deps bench-deps $(BENCH_BIN)
 
 bench-quick: deps bench-deps $(BENCH_BIN)
 	$(BENCH_BIN) --quick $(BENCH_ARGS)
+
+# What FANOUT_NO_CHILD_CLOCK and FANOUT_BORROW_TASKS save per child
+# (bench/flags-cost.c): make flags-cost, or build/plain/flags-cost [ROUNDS].
+# `make lookup-lines`: the cache lines a record lookup misses on.
+build/plain/flags-cost: bench/flags-cost.c include/fanout.h build/plain/libfanout.a
+	$(CC) $(BENCH_CFLAGS) -o $@ $< build/plain/libfanout.a $(DEP_LIBS)
+
+.PHONY: flags-cost
+flags-cost: build/plain/flags-cost
+	build/plain/flags-cost
+
+# Cache lines a lookup of a finished record fetches (bench/lookup-lines.c):
+# callgrind's cache simulator with a 2 MiB last level, lookups only.
+# valgrind: callgrind, and <valgrind/callgrind.h> for the program.
+.PHONY: lookup-lines lookup-lines-deps
+lookup-lines-deps:
+	@sh scripts/deps.sh valgrind
+
+build/plain/lookup-lines: bench/lookup-lines.c include/fanout.h build/plain/libfanout.a | lookup-lines-deps
+	$(CC) $(BENCH_CFLAGS) -o $@ $< build/plain/libfanout.a $(DEP_LIBS)
+
+lookup-lines: build/plain/lookup-lines
+	valgrind --tool=callgrind --collect-atstart=no --cache-sim=yes \
+		--D1=32768,8,64 --LL=2097152,16,64 \
+		--callgrind-out-file=build/plain/lookup-lines.cg \
+		build/plain/lookup-lines 20000 200000 2>/dev/null
+	@callgrind_annotate build/plain/lookup-lines.cg 2>/dev/null | \
+		awk '/^Events shown:/ { for (i = 3; i <= NF; i++) col[$$i] = i - 2 } \
+		/PROGRAM TOTALS/ { gsub(/\([^)]*\)/, ""); gsub(",", ""); \
+		printf "per lookup: %.1f instructions, %.2f D1 read misses, %.2f LL read misses\n", \
+		$$col["Ir"] / 200000, $$col["D1mr"] / 200000, $$col["DLmr"] / 200000 }'

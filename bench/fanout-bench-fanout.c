@@ -65,6 +65,28 @@ void bench_fo_check_event(const struct fanout_event *ev, unsigned n, bool full)
 	}
 }
 
+unsigned bench_fo_engine_flags, bench_fo_batch_flags;
+
+int bench_fo_parse_flags(const char *list)
+{
+	char *dup = strdup(list), *save = NULL, *tok;
+	int rc = 0;
+
+	if (!dup)
+		bench_die("out of memory");
+	for (tok = strtok_r(dup, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (!strcmp(tok, "no-clock"))
+			bench_fo_engine_flags |= FANOUT_NO_CHILD_CLOCK;
+		else if (!strcmp(tok, "borrow"))
+			bench_fo_batch_flags |= FANOUT_BORROW_TASKS;
+		else
+			rc = -1;
+	}
+	free(dup);
+	return rc;
+}
+
 struct fanout_engine *bench_fo_engine(unsigned workers,
 				      const struct fanout_config *base)
 {
@@ -75,6 +97,7 @@ struct fanout_engine *bench_fo_engine(unsigned workers,
 	else
 		memset(&cfg, 0, sizeof(cfg));
 	cfg.workers = workers;
+	cfg.flags |= bench_fo_engine_flags;
 	int rc = fanout_create(&cfg, &e);
 	if (rc)
 		bench_die("fanout_create: %s", fanout_strerror(rc));
@@ -194,7 +217,10 @@ static void fo_submit(void *ctx, void *bp, unsigned n, const struct bwork *w)
 	struct fo_ctx *c = ctx;
 	struct fo_batch *b = bp;
 	fo_prepare(b, n, w);
-	struct fanout_batch batch = {.tasks = b->tasks, .ntasks = n, .user = b};
+	struct fanout_batch batch = {.tasks = b->tasks,
+				     .ntasks = n,
+				     .user = b,
+				     .flags = bench_fo_batch_flags};
 	b->done = false;
 	b->inflight = true;
 	for (;;) {
@@ -232,7 +258,10 @@ static void fo_run(void *ctx, void *bp, unsigned n, const struct bwork *w)
 	struct fo_batch *b = bp;
 	struct fanout_event *ev = NULL;
 	fo_prepare(b, n, w);
-	struct fanout_batch batch = {.tasks = b->tasks, .ntasks = n, .user = b};
+	struct fanout_batch batch = {.tasks = b->tasks,
+				     .ntasks = n,
+				     .user = b,
+				     .flags = bench_fo_batch_flags};
 	int rc = fanout_run(c->e, &batch, &ev);
 	if (rc)
 		bench_die("fanout_run: %s", fanout_strerror(rc));

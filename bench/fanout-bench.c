@@ -40,6 +40,9 @@ static const char usage[] =
 	"  --results FILE   the results file (default bench/RESULTS.md)\n"
 	"  --python FILE    the ThreadPoolExecutor script "
 	"(bench/peer-python.py)\n"
+	"  --fanout-flags LIST  opt-ins for every fanout engine and batch:\n"
+	"                   no-clock (FANOUT_NO_CHILD_CLOCK), borrow\n"
+	"                   (FANOUT_BORROW_TASKS); default none\n"
 	"  --no-python, --no-plots, --no-results, -v/--verbose, -h/--help\n";
 
 /* ---- tee: what goes to the table also goes into a buffer for RESULTS.md */
@@ -107,6 +110,7 @@ int main(int argc, char **argv)
 		{"python", required_argument, 0, 'P'},
 		{"peers", required_argument, 0, 'p'},
 		{"sizes", required_argument, 0, 'S'},
+		{"fanout-flags", required_argument, 0, 'F'},
 		{"no-python", no_argument, 0, 1},
 		{"no-plots", no_argument, 0, 2},
 		{"no-results", no_argument, 0, 3},
@@ -158,6 +162,12 @@ int main(int argc, char **argv)
 			break;
 		case 'S':
 			bench_opt.sizes = optarg;
+			break;
+		case 'F':
+			if (bench_fo_parse_flags(optarg)) {
+				fputs(usage, stderr);
+				return 2;
+			}
 			break;
 		case 1:
 			bench_opt.no_python = true;

@@ -25,7 +25,9 @@
  * event exactly once, at results[index].
  *
  * Ownership.  Strings in a batch (goals, context, session_key) are copied;
- * the caller's memory can be reused as soon as the call returns.  tasks[i].arg
+ * the caller's memory can be reused as soon as the call returns - unless
+ * the batch sets FANOUT_BORROW_TASKS, which borrows the task array and the
+ * goals instead (see struct fanout_batch for how long).  tasks[i].arg
  * and batch->user are opaque and never touched.  An event belongs to whoever
  * received it (fanout_poll, fanout_wait, fanout_run, fanout_delegate) until
  * fanout_event_free(); it stays valid even after its record was pruned from
@@ -233,13 +235,26 @@ FANOUT_API const char *fanout_status_name(enum fanout_status st);
 #define FANOUT_NO_PIN 0x1u /* leave worker threads unpinned */
 /* fanout_wait() runs queued children while no event is ready (see there). */
 #define FANOUT_WAIT_HELPS 0x2u
+/*
+ * FANOUT_NO_CHILD_CLOCK - children are not timed: every
+ * fanout_result.duration_ns is 0, and no clock is read per child (by
+ * default one tick-counter reading per child boundary: the end of one
+ * child is the start of the next of the same chunk, and a deferred child's
+ * end is read by its finisher).  Runners still read the counter twice per
+ * chunk of children they claim (to size the next chunk), and not at all
+ * for a chunk that ends the batch.  Events' dispatched_ns/completed_ns,
+ * deadlines and everything else are unchanged.  For throughput-bound
+ * callers that do not read durations; the default keeps them.
+ */
+#define FANOUT_NO_CHILD_CLOCK 0x4u
 
 /**
  * struct fanout_config - engine configuration; a zeroed field = its default.
  * @workers:        worker threads (default: CPUs this process may run on;
  *                  at most 1024).
- * @flags:          0 (workers pinned one per CPU, waits only wait), or
- *                  FANOUT_NO_PIN and/or FANOUT_WAIT_HELPS.
+ * @flags:          0 (workers pinned one per CPU, waits only wait,
+ *                  children timed), or any of FANOUT_NO_PIN,
+ *                  FANOUT_WAIT_HELPS and FANOUT_NO_CHILD_CLOCK.
  * @queue_slots:    work ring size, rounded up to a power of two, at most
  *                  1<<24 (default: enough that max_async background
  *                  delegations always fit; if you set it smaller, dispatch
@@ -323,7 +338,8 @@ typedef int (*fanout_fn)(struct fanout_child *c, void *arg);
 
 /**
  * struct fanout_task - one child of a batch.
- * @goal: short description, copied; NULL is taken as "".
+ * @goal: short description, copied (borrowed with FANOUT_BORROW_TASKS);
+ *        NULL is taken as "".
  * @fn:   the work; must not be NULL.
  * @arg:  passed to @fn.
  */
@@ -370,6 +386,28 @@ struct fanout_task {
  *               inside a running child does implicitly.  NULL = the calling
  *               thread's current child, if any.  @within must not have
  *               been completed yet.
+ * @flags:       0 (everything the call reads is copied), or
+ *               FANOUT_BORROW_TASKS.  Other bits: -EINVAL.
+ *
+ * FANOUT_BORROW_TASKS: the library copies neither @tasks nor the goal
+ * strings; it reads them from the caller's memory while the children run,
+ * and each result's goal is the caller's own pointer (tasks[i].goal, or a
+ * static "" for NULL).  What must outlive what:
+ *   - the array @tasks[0..ntasks) - each task's goal, fn and arg - must
+ *     stay valid and unchanged from the call until the event is handed to
+ *     the caller: by fanout_poll()/fanout_wait() for fanout_dispatch() and
+ *     a background fanout_delegate(); until fanout_run() (or an inline
+ *     fanout_delegate()) returns.  A batch refused with an error borrowed
+ *     nothing;
+ *   - each goal string must stay valid and unchanged until that event is
+ *     freed (fanout_event_free()), since results[i].goal points at it.  An
+ *     event never taken (freed by fanout_sink_destroy() or
+ *     fanout_destroy()) reads no goal when it is freed.
+ * @context and @session_key are still copied (the caller may reuse them
+ * when the call returns), as are the strings children set.  It saves the
+ * copy (24 bytes per task plus the goals) and makes the record block that
+ * much smaller; the default copies, so that the caller's memory can be
+ * reused at once.
  */
 struct fanout_batch {
 	const struct fanout_task *tasks;
@@ -382,7 +420,11 @@ struct fanout_batch {
 	unsigned join;
 	unsigned quorum;
 	struct fanout_pending *within;
+	unsigned flags;
 };
+
+/* fanout_batch.flags: borrow the task array and goals (see above). */
+#define FANOUT_BORROW_TASKS 0x1u
 
 /* fanout_batch.join policies. */
 #define FANOUT_JOIN_ALL 0u
@@ -397,11 +439,13 @@ struct fanout_batch {
  * struct fanout_result - one child's outcome, at results[index].
  * @index:       task index, equal to its position in the array.
  * @status:      FANOUT_COMPLETED, FANOUT_ERROR or FANOUT_INTERRUPTED.
- * @goal:        the task's goal (copied at dispatch).
+ * @goal:        the task's goal (copied at dispatch; with
+ *               FANOUT_BORROW_TASKS the caller's own string, "" for NULL).
  * @summary:     what the child set with fanout_set_summary(), or NULL.
  * @error:       NULL when completed; else what the child set with
  *               fanout_set_error(), or a description of @code.
- * @duration_ns: wall time the child ran (0 if it never started).
+ * @duration_ns: wall time the child ran (0 if it never started, and
+ *               always 0 on an engine with FANOUT_NO_CHILD_CLOCK).
  * @cost:        sum of the child's fanout_add_cost() calls.
  * @code:        the child's return value (0, or negative errno);
  *               -ECANCELED for a child that never started.
@@ -622,17 +666,17 @@ FANOUT_API void fanout_destroy(struct fanout_engine *e);
  * fanout_poll()/fanout_wait() (see fanout_config.max_pending).
  *
  * Return: 0; -EINVAL (NULL @e or @batch, NULL tasks, ntasks 0, a task
- * without fn, a sink of another engine or being destroyed); -E2BIG (ntasks
- * > max_tasks); -EBUSY (max_async background delegations running, the
- * sink holding max_pending events nobody has taken yet, or the work ring
- * full; fanout_describe_error() says which); -ELOOP (children would be
- * deeper than max_depth); -ENOMEM; -ESHUTDOWN; -ECANCELED (batch->within
- * names a deferred child the library already finished: its tree was
- * interrupted); -EINVAL also for a bad join, quorum or deadline_ns;
- * -EAGAIN (the engine's timer thread could not be started for the first
- * deadline); -EOWNERDEAD (@e was created before a fork(), in the parent;
- * not counted in stats.rejected).  On error nothing happened and no event
- * will come.
+ * without fn, a sink of another engine or being destroyed, an unknown bit
+ * in batch->flags); -E2BIG (ntasks > max_tasks); -EBUSY (max_async
+ * background delegations running, the sink holding max_pending events
+ * nobody has taken yet, or the work ring full; fanout_describe_error()
+ * says which); -ELOOP (children would be deeper than max_depth); -ENOMEM;
+ * -ESHUTDOWN; -ECANCELED (batch->within names a deferred child the
+ * library already finished: its tree was interrupted); -EINVAL also for a
+ * bad join, quorum or deadline_ns; -EAGAIN (the engine's timer thread
+ * could not be started for the first deadline); -EOWNERDEAD (@e was
+ * created before a fork(), in the parent; not counted in stats.rejected).
+ * On error nothing happened and no event will come.
  * Memory ordering: full barrier on success; none on failure.
  */
 FANOUT_API int fanout_dispatch(struct fanout_engine *e,
@@ -657,8 +701,8 @@ FANOUT_API int fanout_dispatch(struct fanout_engine *e,
  * thread runs which child is therefore not fixed; the results are.
  *
  * Context: blocks until every child has finished.
- * Return: 0 (the children's outcomes are in the event, not here); -EINVAL;
- * -E2BIG; -ELOOP when called from a child at depth max_depth; -ENOMEM;
+ * Return: 0 (the children's outcomes are in the event, not here); -EINVAL
+ * (as fanout_dispatch, batch->sink aside); -E2BIG; -ELOOP when called from a child at depth max_depth; -ENOMEM;
  * -ESHUTDOWN; -ECANCELED and -EAGAIN (as fanout_dispatch); -EOWNERDEAD
  * (@e crossed a fork(); nothing ran).
  */
@@ -911,7 +955,8 @@ struct fanout_outcome {
  * fanout_set_summary()/set_error()/add_cost() on @c after deferring (they
  * return -EINVAL): pass the outcome to fanout_complete() instead.
  * fanout_complete() may be called before fn has returned, from any thread.
- * The child's duration runs until it is finished.
+ * The child's duration runs until it is finished (0 with
+ * FANOUT_NO_CHILD_CLOCK).
  *
  * Context: inside a child only (the thread running @c); allocates.
  * Return: the pending child; NULL with errno set on failure - EINVAL (NULL

@@ -88,7 +88,7 @@ static int check_batch(struct fanout_engine *e, const struct fanout_batch *b,
 	unsigned i;
 	int err;
 
-	if (!b->tasks || !b->ntasks)
+	if (!b->tasks || !b->ntasks || (b->flags & ~FANOUT_BORROW_TASKS))
 		return -EINVAL;
 	if (b->ntasks > e->cfg.max_tasks)
 		return -E2BIG;

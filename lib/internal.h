@@ -99,19 +99,13 @@ struct progress_slot {
 	_Atomic uint32_t n; /* A (W: only its runner writes it) */
 } __attribute__((aligned(CACHELINE)));
 
-struct task_slot {
-	fanout_fn fn;	  /* I */
-	void *arg;	  /* I */
-	const char *goal; /* I: points into the record's string area */
-};
-
 /* The running child; lives on the stack of the thread that runs it. */
 struct fanout_child {
 	struct record *rec;		/* I */
 	unsigned index;			/* I */
 	struct fanout_result *res;	/* C */
 	struct fanout_pending *pending; /* C: set by fanout_defer() */
-	uint64_t t0;			/* C: start, fq_cycles() */
+	uint64_t t0;			/* C: start, fq_cycles(), or 0 */
 	bool placed; /* C: holds one of the record's max_children places */
 };
 
@@ -145,17 +139,22 @@ struct fanout_pending {
  * lookups that still see it in the table read valid memory.
  */
 struct record {
+	/* Line 0 holds what the runners and a lookup of a finished record
+	 * read (table.c, snapshot()), so such a lookup misses on it, `state`
+	 * and the event only. */
 	struct fq_work work;		/* I: fn = run_token */
 	struct fanout_engine *e;	/* I */
-	struct fanout_sink *sink;	/* I: NULL for synchronous runs */
+	void *user;			/* I */
 	fanout_id id;			/* I */
 	unsigned ntasks;		/* I */
 	unsigned depth;			/* I */
 	unsigned chunk;			/* I: indices taken per claim */
 	bool background;		/* I */
-	size_t alloc_size;		/* I */
+	const char *session_key;	/* I */
 	uint64_t dispatched_ns;		/* I */
-	struct task_slot *tasks;	/* I */
+	struct fanout_sink *sink;	/* I: NULL for synchronous runs */
+	size_t alloc_size;		/* I */
+	struct fanout_task *tasks;	/* I: copied or borrowed */
 	uint8_t *owned;			/* C: per child, OWN_* bits */
 	struct progress_slot *progress; /* I: nrunners slots */
 	unsigned nrunners;		/* I: tokens + the fanout_run caller */
@@ -169,9 +168,7 @@ struct record {
 	struct record *parent;
 	/* Copied into the event by the finaliser, so dispatch never
 	 * touches the event's lines (the finaliser writes them anyway). */
-	const char *context;	 /* I */
-	const char *session_key; /* I */
-	void *user;		 /* I */
+	const char *context; /* I */
 	fanout_id parent_id; /* I: record whose child started this one, or 0 */
 	uint64_t parent_engine; /* I: that record's engine's serial */
 	uint64_t deadline;	/* I: absolute, fq_now_ns(); 0 = none */
@@ -212,6 +209,12 @@ struct record {
 	_Atomic uint32_t state;	      /* A: enum rec_state */
 	_Atomic uint32_t done_word;   /* A: synchronous join, see fq_done_* */
 	_Atomic uint64_t cost_bits;   /* A: double, running sum for lookup */
+	/* F: the event's figures beside `state`, so that a lookup of a
+	 * finished record reads line 0 and this line only (table.c). */
+	uint64_t done_ns;    /* F: ev.completed_ns */
+	double done_cost;    /* F: ev.cost */
+	uint8_t done_status; /* F: ev.status */
+	bool done_cancelled; /* F: ev.cancelled */
 
 	struct fanout_event ev __attribute__((aligned(CACHELINE))); /* F */
 	struct fanout_result results[]; /* C; then tasks[], then strings */
@@ -438,6 +441,15 @@ static inline uint64_t fanout__double_to_bits(double d)
 static inline void fanout__stat_add(_Atomic uint64_t *counter, uint64_t n)
 {
 	atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
+}
+
+/* The duration of a child of @rec that started at @t0 (fq_cycles()) and
+ * ends now; 0, with no clock read, on a FANOUT_NO_CHILD_CLOCK engine. */
+static inline uint64_t fanout__child_ns(const struct record *rec, uint64_t t0)
+{
+	if (rec->e->cfg.flags & FANOUT_NO_CHILD_CLOCK)
+		return 0;
+	return fq_cycles_to_ns(fq_cycles() - t0);
 }
 
 /* Add a finished child's cost to the record's running sum (lookup). */

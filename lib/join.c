@@ -180,6 +180,10 @@ static void finalise(struct record *rec)
 		ev->status = FANOUT_ERROR;
 		ev->error = "no child completed";
 	}
+	rec->done_ns = ev->completed_ns; /* what lookup reads (table.c) */
+	rec->done_cost = cost;
+	rec->done_status = (uint8_t)ev->status;
+	rec->done_cancelled = ev->cancelled;
 	FANOUT_PROBE_BATCH_DONE(rec->id, ev->status, nc, ne, ni);
 	/* relaxed: finish_seq needs only the RMW's total order (it is read by
 	 * other finalisers through the kept[] CAS, acq_rel).  release on
@@ -239,7 +243,7 @@ static void skip_child(struct record *rec, unsigned i, uint32_t cancel)
 	struct fanout_result *r = &rec->results[i];
 
 	r->index = i;
-	r->goal = rec->tasks[i].goal;
+	r->goal = rec->tasks[i].goal ? rec->tasks[i].goal : ""; /* borrowed */
 	r->status = FANOUT_INTERRUPTED;
 	r->summary = NULL;
 	r->error =
@@ -326,27 +330,29 @@ enum fanout_status fanout__set_outcome(struct record *rec, unsigned i,
 
 /*
  * Run child i.  *clock is the time it starts; on return, the time it ended
- * (which is when the next child of the same chunk starts).  @placed: the
- * runner took a max_children place for it.  Returns false when the child
- * deferred (someone else finishes it), true when it is finished.
+ * (which is when the next child of the same chunk starts: one reading per
+ * child boundary).  @clock NULL: the engine does not time children
+ * (FANOUT_NO_CHILD_CLOCK), no reading at all.  @placed: the runner took a
+ * max_children place for it.  Returns false when the child deferred
+ * (someone else finishes it), true when it is finished.
  */
 static bool run_child(struct record *rec, unsigned i, uint64_t *clock,
 		      bool placed)
 {
-	struct task_slot *t = &rec->tasks[i];
+	const struct fanout_task *t = &rec->tasks[i];
 	struct fanout_result *r = &rec->results[i];
 	struct fanout_child c = {.rec = rec,
 				 .index = i,
 				 .res = r,
-				 .t0 = *clock,
+				 .t0 = clock ? *clock : 0,
 				 .placed = placed};
 	struct fanout_child *prev = tls_child;
 	enum fanout_status st;
-	uint64_t t1;
+	uint64_t t1 = 0;
 	int rc;
 
 	r->index = i;
-	r->goal = t->goal;
+	r->goal = t->goal ? t->goal : ""; /* NULL only when borrowed */
 	r->summary = NULL;
 	r->error = NULL;
 	r->cost = 0;
@@ -357,13 +363,15 @@ static bool run_child(struct record *rec, unsigned i, uint64_t *clock,
 		FANOUT_PROBE_CHILD_START(rec->id, i, sched_getcpu());
 	rc = t->fn(&c, t->arg);
 	tls_child = prev;
-	t1 = fq_cycles();
-	*clock = t1;
+	if (clock) {
+		t1 = fq_cycles();
+		*clock = t1;
+	}
 	if (c.pending)
 		return false; /* its place went with it (pending.c) */
 	if (c.placed)
 		fanout__give_place(rec);
-	r->duration_ns = fq_cycles_to_ns(t1 - c.t0);
+	r->duration_ns = clock ? fq_cycles_to_ns(t1 - c.t0) : 0;
 	st = fanout__set_outcome(rec, i, r, rc);
 	FANOUT_PROBE_CHILD_DONE(rec->id, i, st, r->duration_ns);
 	fanout__cost_add(rec, r->cost);
@@ -472,12 +480,16 @@ static bool take_place(struct record *rec);
  * arrives are reported interrupted instead (they are still ours).  @t
  * counts; the runner's progress slot shows t->done; *cycles (if not NULL)
  * receives the chunk's duration in fq_cycles ticks.  @placed: the chunk is
- * one child for which a place was taken. */
+ * one child for which a place was taken.  Without child clocks
+ * (FANOUT_NO_CHILD_CLOCK) the chunk is timed by two readings, or none when
+ * nobody asks or it ends the batch (no next chunk to size). */
 static void run_chunk(struct record *rec, struct progress_slot *prog,
 		      unsigned i, unsigned end, struct tally *t,
 		      uint64_t *cycles, bool placed, bool force)
 {
-	uint64_t clock = fq_cycles(), start = clock;
+	bool timed = !(rec->e->cfg.flags & FANOUT_NO_CHILD_CLOCK);
+	bool sized = timed || (cycles && end < rec->ntasks);
+	uint64_t clock = sized ? fq_cycles() : 0, start = clock;
 	unsigned j;
 
 	for (j = i; j < end; j++, placed = false) {
@@ -505,7 +517,7 @@ static void run_chunk(struct record *rec, struct progress_slot *prog,
 			}
 		}
 		t->ran++;
-		if (!run_child(rec, j, &clock, placed))
+		if (!run_child(rec, j, timed ? &clock : NULL, placed))
 			continue; /* deferred: not ours to count */
 	done:
 		/* relaxed: a progress figure for lookup, nothing read through
@@ -517,7 +529,7 @@ static void run_chunk(struct record *rec, struct progress_slot *prog,
 					      memory_order_relaxed);
 	}
 	if (cycles)
-		*cycles = clock - start;
+		*cycles = (timed ? clock : sized ? fq_cycles() : start) - start;
 }
 
 /* A runner is through: count what it ran and hand its finished children
@@ -573,9 +585,9 @@ static void runner_done(struct record *rec, struct progress_slot *prog,
  * it just ran, so an idle runner is not left waiting behind it (chunks
  * sized by count alone would let one runner sit on half a batch of slow
  * children).  The clock reads are the per-child ones run_chunk makes
- * anyway.  Once a child deferred, claims are one child each: a deferring
- * child is quick to start and slow to finish, and each start needs a
- * max_children place (see "Places").
+ * anyway (without child clocks, two per chunk).  Once a child deferred,
+ * claims are one child each: a deferring child is quick to start and slow
+ * to finish, and each start needs a max_children place (see "Places").
  */
 #define CHUNK_GROW_NS 2000
 

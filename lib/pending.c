@@ -101,7 +101,7 @@ static void abandon(struct fanout_pending *p, uint32_t cancel)
 	r->error = cancel & CANCEL_TIMEDOUT ?
 			   "abandoned: the delegation's deadline passed" :
 			   "abandoned: the delegation was interrupted";
-	r->duration_ns = fq_cycles_to_ns(fq_cycles() - p->t0);
+	r->duration_ns = fanout__child_ns(rec, p->t0);
 	fanout__cost_add(rec, r->cost);
 	FANOUT_PROBE_CHILD_DONE(p->id, p->index, FANOUT_INTERRUPTED,
 				r->duration_ns);
@@ -245,7 +245,7 @@ int fanout_complete(struct fanout_pending *p, const struct fanout_outcome *o)
 		fanout__mark_strings(rec);
 	r->cost = o->cost;
 	fanout__cost_add(rec, o->cost);
-	r->duration_ns = fq_cycles_to_ns(fq_cycles() - p->t0);
+	r->duration_ns = fanout__child_ns(rec, p->t0);
 	st = fanout__set_outcome(rec, p->index, r, code);
 	FANOUT_PROBE_COMPLETE(p->id, p->index, r->code);
 	FANOUT_PROBE_CHILD_DONE(p->id, p->index, st, r->duration_ns);

@@ -199,7 +199,8 @@ static char *copy_str(char **area, const char *s, size_t n)
 	return d;
 }
 
-/* The one allocation of a delegation: record + results + tasks + strings. */
+/* The one allocation of a delegation: record + results + tasks + strings;
+ * with FANOUT_BORROW_TASKS, the tasks and goals stay the caller's. */
 struct record *fanout__rec_alloc(struct fanout_engine *e,
 				 const struct fanout_batch *b, unsigned depth,
 				 bool background, unsigned nrunners)
@@ -208,18 +209,20 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	 * deferring, npending, places, parked, ncompleted, has_kids,
 	 * parent_id, deadline, dl_next; the caller sets what it needs. */
 	struct fanout_child *cur = fanout__current();
-	unsigned n = b->ntasks, i;
+	bool borrow = b->flags & FANOUT_BORROW_TASKS;
+	unsigned n = b->ntasks, ntask_slots = borrow ? 0 : b->ntasks, i;
 	size_t strings = str_size(b->context) + str_size(b->session_key);
 	size_t head = sizeof(struct record) + n * sizeof(struct fanout_result);
 	size_t size;
+	struct fanout_task *slots;
 	struct record *rec;
 	char *area;
 
-	for (i = 0; i < n; i++)
+	for (i = 0; i < ntask_slots; i++)
 		strings += b->tasks[i].goal ? strlen(b->tasks[i].goal) + 1 : 0;
 	head = (head + CACHELINE - 1) & ~(size_t)(CACHELINE - 1);
 	head += nrunners * sizeof(struct progress_slot);
-	size = head + n * sizeof(struct task_slot) + n + strings;
+	size = head + ntask_slots * sizeof(struct fanout_task) + n + strings;
 	rec = fanout__blocks_alloc(&e->blocks, size, &size);
 	if (!rec)
 		return NULL;
@@ -234,25 +237,27 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	rec->depth = depth;
 	rec->background = background;
 	rec->work.fn = fanout__run_token;
-	rec->tasks = (struct task_slot *)((char *)rec + head);
+	slots = (struct fanout_task *)((char *)rec + head);
+	/* Borrowed tasks are only read (the cast drops the caller's const). */
+	rec->tasks = borrow ? (struct fanout_task *)b->tasks : slots;
 	rec->nrunners = nrunners;
 	rec->progress =
-		(struct progress_slot *)((char *)rec->tasks -
+		(struct progress_slot *)((char *)slots -
 					 nrunners *
 						 sizeof(struct progress_slot));
 	for (i = 0; i < nrunners; i++)
 		atomic_init(&rec->progress[i].n, 0);
 	atomic_init(&rec->runner_next, 0);
-	rec->owned = (uint8_t *)(rec->tasks + n);
+	rec->owned = (uint8_t *)(slots + ntask_slots);
 	memset(rec->owned, 0, n);
 	area = (char *)rec->owned + n;
-	for (i = 0; i < n; i++) {
+	for (i = 0; i < ntask_slots; i++) {
 		const char *g = b->tasks[i].goal;
 
-		rec->tasks[i].fn = b->tasks[i].fn;
-		rec->tasks[i].arg = b->tasks[i].arg;
+		slots[i].fn = b->tasks[i].fn;
+		slots[i].arg = b->tasks[i].arg;
 		/* A NULL goal shares one static "" instead of a copy. */
-		rec->tasks[i].goal = g ? copy_str(&area, g, strlen(g) + 1) : "";
+		slots[i].goal = g ? copy_str(&area, g, strlen(g) + 1) : "";
 	}
 	rec->context = copy_str(&area, b->context, str_size(b->context));
 	rec->session_key =

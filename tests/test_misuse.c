@@ -114,7 +114,7 @@ static void E01_create_null_out(void **state)
 
 static void E02_create_unknown_flags(void **state)
 {
-	create_expect(&(struct fanout_config){.workers = 1, .flags = 0x4},
+	create_expect(&(struct fanout_config){.workers = 1, .flags = 0x8},
 		      -EINVAL);
 	create_expect(
 		&(struct fanout_config){.workers = 1,
@@ -790,6 +790,57 @@ static void D15_caller_reuses_memory(void **state)
 	assert_ptr_equal(ev->user, user);
 	assert_string_equal(ev->results[0].goal, "task-0");
 	assert_string_equal(ev->results[1].goal, "task-1");
+	assert_int_equal(ev->ncompleted, 2);
+	fanout_event_free(ev);
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
+static void D18_batch_unknown_flags(void **state)
+{
+	struct fanout_engine *e = eng1();
+	atomic_int ran = 0;
+	struct fanout_task t[2] = {{"a", count_fn, &ran},
+				   {"b", count_fn, &ran}};
+	struct fanout_batch b = {.tasks = t, .ntasks = 2};
+	const unsigned bad[] = {0x2, 0x80000000u, FANOUT_BORROW_TASKS | 0x4,
+				~0u};
+
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		b.flags = bad[i];
+		all_refuse(e, &b, -EINVAL, &ran);
+	}
+	b.flags = FANOUT_BORROW_TASKS; /* the known bit is accepted */
+	assert_int_equal(fanout_dispatch(e, &b, NULL), 0);
+	fanout_event_free(must_wait(fanout_default_sink(e)));
+	assert_int_equal(atomic_load(&ran), 2);
+	fanout_destroy(e);
+}
+
+static void D19_borrowed_tasks(void **state)
+{
+	struct fanout_engine *e = eng1();
+	struct tbatch *tb = tb_new(2);
+	atomic_int gate = 0;
+	char *ctx = strdup("the context"), *key = strdup("the key");
+	struct fanout_event *ev;
+
+	tb_gate(tb, &gate);
+	tb->b.context = ctx;
+	tb->b.session_key = key;
+	tb->b.flags = FANOUT_BORROW_TASKS;
+	must_dispatch(e, tb);
+	/* context and session_key are still copies */
+	memset(ctx, 'X', strlen(ctx));
+	free(ctx);
+	free(key);
+	atomic_store(&gate, 1);
+	ev = must_wait(fanout_default_sink(e));
+	assert_string_equal(ev->context, "the context");
+	assert_string_equal(ev->session_key, "the key");
+	/* the goals are the caller's own strings, kept until the free */
+	assert_ptr_equal(ev->results[0].goal, tb->goals[0]);
+	assert_ptr_equal(ev->results[1].goal, tb->goals[1]);
 	assert_int_equal(ev->ncompleted, 2);
 	fanout_event_free(ev);
 	tb_free(tb);
@@ -1689,6 +1740,8 @@ int main(void)
 		R(D15_caller_reuses_memory),
 		R(D16_delegate_inside_child_is_inline),
 		R(D17_sink_at_max_pending),
+		R(D18_batch_unknown_flags),
+		R(D19_borrowed_tasks),
 		R(C01_cancel_null_engine),
 		R(C02_cancel_id_zero),
 		R(C03_cancel_bad_how),
