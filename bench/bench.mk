@@ -49,6 +49,13 @@ $(BENCH_BIN): $(BENCH_OBJS) build/plain/libfanout.a
 	g++ -o $@ $(BENCH_OBJS) build/plain/libfanout.a $(DEP_LIBS) -ljemalloc \
 		$(BENCH_PKG_LIBS) -fopenmp -lm
 
+# (barcheck's variables are defined here: a prerequisite list is expanded
+# when its rule is read.)
+BARCHECK_DIR    := build/barcheck
+BARCHECK_PREFIX := $(CURDIR)/$(BARCHECK_DIR)/prefix
+BARCHECK_BIN    := $(BARCHECK_DIR)/barcheck
+BARCHECK_PC     := PKG_CONFIG_PATH=$(BARCHECK_PREFIX)/lib/pkgconfig pkg-config
+
 run: deps bench-deps $(BENCH_BIN) $(BARCHECK_BIN)
 	$(BENCH_BIN) $(BENCH_ARGS)
 	$(BARCHECK_BIN) --results bench/RESULTS.md $(BARCHECK_ARGS)
@@ -63,10 +70,6 @@ run: deps bench-deps $(BENCH_BIN) $(BARCHECK_BIN)
 # barcheck` runs it alone (stdout only); `make barcheck-smoke` runs it
 # with --quick and checks that it printed all nine bars (no timing is
 # judged there).
-BARCHECK_DIR    := build/barcheck
-BARCHECK_PREFIX := $(CURDIR)/$(BARCHECK_DIR)/prefix
-BARCHECK_BIN    := $(BARCHECK_DIR)/barcheck
-BARCHECK_PC     := PKG_CONFIG_PATH=$(BARCHECK_PREFIX)/lib/pkgconfig pkg-config
 
 .PHONY: barcheck barcheck-smoke
 
