@@ -93,16 +93,19 @@ int fanout__rcu_token;
 #define TOMB_KEY 48 /* bytes of session key a tomb holds, NUL included */
 #define TOMB_BG 0x10000u
 #define TOMB_CANCELLED 0x20000u
-#define TOMB_KEY_SET 0x40000u
+#define TOMB_HAS_KEY 0x80000u /* key[] holds the session key */
 #define TOMB_DEPTH 0xffffu
 
 struct fanout_tomb {
-	_Atomic uint32_t seq; /* A: odd while the owner writes */
-	uint32_t slot;	      /* I */
-	_Atomic uint64_t id, finish_seq, dispatched_ns, completed_ns, cost;
+	/* What a lookup reads: one line. */
+	_Atomic uint32_t seq;	/* A: odd while the owner writes */
+	_Atomic uint32_t flags; /* depth | TOMB_* */
+	_Atomic uint64_t id, dispatched_ns, completed_ns, cost;
 	_Atomic(void *) user;
 	_Atomic uint32_t ntasks, status, npending;
-	_Atomic uint32_t flags; /* depth | TOMB_* */
+	/* The kept ring's and the session key (read only if there is one). */
+	uint32_t slot __attribute__((aligned(CACHELINE))); /* I */
+	_Atomic uint64_t finish_seq;
 	_Atomic uint64_t key[TOMB_KEY / 8];
 } __attribute__((aligned(CACHELINE)));
 
@@ -330,7 +333,6 @@ static bool read_tomb(const struct fanout_tomb *tb, fanout_id id,
 	 * odd phase (fanout__table_tomb). */
 	uint32_t s = atomic_load_explicit(&tb->seq, memory_order_acquire);
 	uint32_t flags;
-	uint64_t key[TOMB_KEY / 8];
 
 	*retry = false;
 	if (s & 1) {
@@ -354,9 +356,6 @@ static bool read_tomb(const struct fanout_tomb *tb, fanout_id id,
 	info->npending =
 		atomic_load_explicit(&tb->npending, memory_order_relaxed);
 	flags = atomic_load_explicit(&tb->flags, memory_order_relaxed);
-	for (unsigned i = 0; i < TOMB_KEY / 8; i++)
-		key[i] =
-			atomic_load_explicit(&tb->key[i], memory_order_relaxed);
 	/* acquire fence: the loads above complete before the re-read. */
 	atomic_thread_fence(memory_order_acquire);
 	if (atomic_load_explicit(&tb->seq, memory_order_relaxed) != s) {
@@ -368,9 +367,10 @@ static bool read_tomb(const struct fanout_tomb *tb, fanout_id id,
 	info->depth = flags & TOMB_DEPTH;
 	info->background = (flags & TOMB_BG) != 0;
 	info->cancelled = (flags & TOMB_CANCELLED) != 0;
-	/* The key's bytes were checked consistent with the rest; the
-	 * pointer points at the tomb, valid until the slot is pruned. */
-	info->session_key = ((const char *)key)[0] ?
+	/* The pointer points at the tomb's copy, valid until the slot is
+	 * pruned (fanout_info.session_key); a lookup reads only the first
+	 * line of the tomb. */
+	info->session_key = flags & TOMB_HAS_KEY ?
 				    (const char *)(const void *)tb->key :
 				    NULL;
 	return true;
@@ -462,14 +462,16 @@ void fanout__table_tomb(struct fanout_engine *e, struct record *rec)
 		flags |= TOMB_BG;
 	if (rec->ev.cancelled)
 		flags |= TOMB_CANCELLED;
-	if (klen <= TOMB_KEY) { /* the same test as fanout__table_compact */
+	/* A key longer than TOMB_KEY is not copied: fanout__table_compact
+	 * keeps such a record whole (the same test). */
+	if (klen && klen <= TOMB_KEY) {
 		uint64_t w[TOMB_KEY / 8] = {0};
 
-		memcpy(w, rec->session_key ? rec->session_key : "", klen);
+		memcpy(w, rec->session_key, klen);
 		for (unsigned i = 0; i < TOMB_KEY / 8; i++)
 			atomic_store_explicit(&tb->key[i], w[i],
 					      memory_order_relaxed);
-		flags |= TOMB_KEY_SET;
+		flags |= TOMB_HAS_KEY;
 	}
 	atomic_store_explicit(&tb->flags, flags, memory_order_relaxed);
 	/* release: closes the odd phase; pairs with read_tomb's acquire. */
@@ -687,18 +689,30 @@ int fanout_lookup(struct fanout_engine *e, fanout_id id,
 	if (fanout__inherited(e->fork_gen))
 		return -EOWNERDEAD;
 	fanout__read_lock();
-	rec = fanout__table_find(e, id);
-	if (rec) {
-		snapshot(rec, info);
-		err = 0;
-	} else if (fanout__table_finished(e, id)) {
-		struct fanout_tomb *tb = tomb_at(e->table, slot_of(e, id));
-		bool retry;
+	for (;;) {
+		uint32_t slot = slot_of(e, id);
+		bool retry = false;
 
-		/* The tomb may be rewritten between the two reads: then the
-		 * id is gone, as if pruned a moment earlier. */
-		if (read_tomb(tb, id, info, &retry))
+		if ((slot >> CHUNK_SHIFT) >=
+		    atomic_load_explicit(&e->table->nchunks,
+					 memory_order_acquire))
+			break;
+		/* acquire: pairs with insert's release store, or with the
+		 * release CAS that put the tomb there (compact). */
+		rec = atomic_load_explicit(
+			&chunk_of(e->table, slot)->rec[slot & (CHUNK - 1)],
+			memory_order_acquire);
+		if (rec && !IS_TOMB(rec)) {
+			FQ_HANDOFF_ACQUIRE(rec);
+			if (rec->id == id) {
+				snapshot(rec, info);
+				err = 0;
+			}
+		} else if (rec && read_tomb(TOMB_OF(rec), id, info, &retry)) {
 			err = 0;
+		}
+		if (!retry)
+			break; /* a torn tomb: its slot is being reused */
 	}
 	fanout__read_unlock();
 	return err;
