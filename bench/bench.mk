@@ -141,3 +141,12 @@ lookup-lines: build/plain/lookup-lines
 		/PROGRAM TOTALS/ { gsub(/\([^)]*\)/, ""); gsub(",", ""); \
 		printf "per lookup: %.1f instructions, %.2f D1 read misses, %.2f LL read misses\n", \
 		$$col["Ir"] / 200000, $$col["D1mr"] / 200000, $$col["DLmr"] / 200000 }'
+
+# bench/ab.c: the drivers of bench/PROFILE.txt phase 6 (two builds side by
+# side); `make bench-ab` builds build/plain/ab against this tree's library.
+build/plain/ab: bench/ab.c build/plain/libfanout.a include/fanout.h
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude $< \
+		build/plain/libfanout.a $(DEP_LIBS) -o $@
+
+.PHONY: bench-ab
+bench-ab: build/plain/ab

@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ab.c - the two small drivers of bench/PROFILE.txt phase 6, for
+ * comparing two builds of the library side by side (link one copy
+ * against each libfanout.a and alternate them in one script):
+ *
+ *   ab run N [ITERS]     fanout_run of N no-op children, one at a time
+ *   ab bg N K [ITERS]    fanout_dispatch + fanout_wait, K batches of N
+ *                        in flight
+ *
+ * Prints the median of 7 rounds in children per second.  Exits non-zero
+ * if a call fails or an event is not what was dispatched.
+ */
+#include <fanout.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int noop(struct fanout_child *c, void *a)
+{
+	(void)c;
+	(void)a;
+	return 0;
+}
+
+static unsigned long long now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (unsigned long long)t.tv_sec * 1000000000ull + t.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int take(struct fanout_engine *e, unsigned n)
+{
+	struct fanout_event *ev = NULL;
+
+	if (fanout_wait(fanout_default_sink(e), &ev, -1) || !ev ||
+	    ev->ncompleted != n)
+		return -1;
+	fanout_event_free(ev);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct fanout_config cfg = {.workers = 2};
+	bool bg = argc > 1 && !strcmp(argv[1], "bg");
+	unsigned n = argc > 2 ? (unsigned)atoi(argv[2]) : 1;
+	unsigned k = bg && argc > 3 ? (unsigned)atoi(argv[3]) : 1;
+	unsigned iters = (unsigned)atoi(argc > 3 + bg ? argv[3 + bg] : "0");
+	struct fanout_engine *e;
+	struct fanout_task *t;
+	double med[7];
+
+	if (argc < 3 || (!bg && strcmp(argv[1], "run")) || !n || !k) {
+		fprintf(stderr,
+			"usage: ab run N [ITERS] | ab bg N K [ITERS]\n");
+		return 2;
+	}
+	if (!iters)
+		iters = 200000 / n + 50;
+	if (fanout_create(&cfg, &e))
+		return 1;
+	t = calloc(n, sizeof(*t));
+	if (!t)
+		return 1;
+	for (unsigned i = 0; i < n; i++)
+		t[i] = (struct fanout_task){"g", noop, NULL};
+	struct fanout_batch b = {.tasks = t, .ntasks = n};
+	for (int r = 0; r < 7; r++) {
+		unsigned long long t0 = now_ns();
+		unsigned live = 0;
+
+		for (unsigned i = 0; i < iters; i++) {
+			struct fanout_event *ev = NULL;
+
+			if (!bg) {
+				if (fanout_run(e, &b, &ev) ||
+				    ev->ncompleted != n)
+					return 1;
+				fanout_event_free(ev);
+				continue;
+			}
+			for (; live < k; live++)
+				if (fanout_dispatch(e, &b, NULL))
+					return 1;
+			if (take(e, n))
+				return 1;
+			live--;
+		}
+		for (; live; live--)
+			if (take(e, n))
+				return 1;
+		med[r] = (double)(now_ns() - t0) / iters;
+	}
+	qsort(med, 7, sizeof(double), cmp);
+	printf("%s batch %u x%u: %.2fM children/s (median of 7 rounds)\n",
+	       bg ? "dispatch+wait" : "fanout_run", n, k, n * 1e3 / med[3]);
+	free(t);
+	fanout_destroy(e);
+	return 0;
+}
