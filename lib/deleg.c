@@ -271,6 +271,41 @@ out_active:
 	return reject(e, err);
 }
 
+/*
+ * Work-first help for a fanout_run caller about to run its own batch:
+ * @extra tokens (record references already counted) for other runners.
+ * While a worker spins, they are OFFERED (fq.c, argument 7): no wake-up,
+ * no ring credit, and a spinner joins only once the batch has run for
+ * FQ_OFFER_HOLD_NS, so a small batch is run by the caller alone and no
+ * line of it crosses cores.  With no spinner, or no free offer slot, they
+ * go into the ring as before (which wakes parked workers: an idle engine
+ * pays that wake-up so that long children still run in parallel).  Tokens
+ * that get neither are dropped here.  Returns the offer slot to close
+ * after the caller's own run, or -1.
+ */
+static int help_offer(struct record *rec, unsigned extra)
+{
+	struct fanout_engine *e = rec->e;
+	unsigned n = extra, got;
+	int slot;
+
+	if (!extra)
+		return -1;
+	slot = fq_offer_open(e->q, &rec->work, extra);
+	if (slot >= 0) {
+		if (fq_spinners(e->q)) {
+			fq_offer_kick(e->q, extra);
+			return slot;
+		}
+		n = fq_offer_close(e->q, slot); /* nobody may look */
+	}
+	got = n ? fq_reserve(e->q, n, 0) : 0;
+	fq_submit(e->q, &rec->work, got);
+	if (n > got)
+		fanout__rec_put(rec, n - got); /* the runner's keeps it */
+	return -1;
+}
+
 int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	       struct fanout_event **evp)
 {
@@ -294,7 +329,7 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 		return reject(e, err);
 	}
 	/* The caller is one runner; idle workers may add up to max_children
-	 * in all (see fanout__help_offer). */
+	 * in all (see help_offer). */
 	want = b->ntasks < e->cfg.max_children ? b->ntasks :
 						 e->cfg.max_children;
 	want = want > e->max_tokens ? e->max_tokens : want;
@@ -306,7 +341,7 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 		return reject(e, -ENOMEM);
 	}
 	/* refs: table + event (returned to the caller) + caller + the tokens
-	 * fanout__help_offer may hand out (it drops those it does not). */
+	 * help_offer may hand out (it drops those it does not). */
 	atomic_init(&rec->refs, 3 + extra);
 	rec->chunk = fanout__chunk_for(b->ntasks, want);
 	fanout__stat_add(&e->st_runs, 1);
@@ -316,7 +351,7 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 		fanout__timer_add(e, rec);
 	recheck(e, rec->id, &o);
 	FANOUT_PROBE_BATCH_SUBMIT(rec->id, b->ntasks, depth);
-	slot = fanout__help_offer(rec, extra);
+	slot = help_offer(rec, extra);
 	fanout__run_token(&rec->work); /* the caller's own reference */
 	if (slot >= 0) {
 		extra = fq_offer_close(e->q, slot);

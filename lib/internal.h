@@ -314,7 +314,6 @@ void fanout__active_put(struct fanout_engine *e, uint32_t n);
 struct fanout_child *fanout__current(void);
 void fanout__forget_child(void);
 void fanout__run_token(struct fq_work *w);
-int fanout__help_offer(struct record *rec, unsigned extra);
 bool fanout__help_step(struct fanout_engine *e);
 int fanout__cancel_rec(struct record *rec, unsigned how);
 void fanout__join_sub(struct record *rec, uint32_t n);

@@ -688,41 +688,6 @@ static int park(struct record *rec)
 	return 1;
 }
 
-/*
- * Work-first help for a fanout_run caller about to run its own batch:
- * @extra tokens (record references already counted) for other runners.
- * While a worker spins, they are OFFERED (fq.c, argument 7): no wake-up,
- * no ring credit, and a spinner joins only once the batch has run for
- * FQ_OFFER_HOLD_NS, so a small batch is run by the caller alone and no
- * line of it crosses cores.  With no spinner, or no free offer slot, they
- * go into the ring as before (which wakes parked workers: an idle engine
- * pays that wake-up so that long children still run in parallel).  Tokens
- * that get neither are dropped here.  Returns the offer slot to close
- * after the caller's own run, or -1.
- */
-int fanout__help_offer(struct record *rec, unsigned extra)
-{
-	struct fanout_engine *e = rec->e;
-	unsigned n = extra, got;
-	int slot;
-
-	if (!extra)
-		return -1;
-	slot = fq_offer_open(e->q, &rec->work, extra);
-	if (slot >= 0) {
-		if (fq_spinners(e->q)) {
-			fq_offer_kick(e->q, extra);
-			return slot;
-		}
-		n = fq_offer_close(e->q, slot); /* nobody may look */
-	}
-	got = n ? fq_reserve(e->q, n, 0) : 0;
-	fq_submit(e->q, &rec->work, got);
-	if (n > got)
-		fanout__rec_put(rec, n - got); /* the runner's keeps it */
-	return -1;
-}
-
 /* The fq_work function: one ring token (or the fanout_run caller).  The
  * runner takes chunks until none is left, then hands everything it
  * finished to the join counter in ONE subtraction, so `remaining` is

@@ -109,6 +109,12 @@ struct fanout_tomb {
 	_Atomic uint64_t key[TOMB_KEY / 8];
 } __attribute__((aligned(CACHELINE)));
 
+/* Whether @rec's session key (if any) fits in a tomb. */
+static bool key_fits(const struct record *rec)
+{
+	return !rec->session_key || strlen(rec->session_key) < TOMB_KEY;
+}
+
 /* A slot's pointer: a record, or its tomb with bit 0 set. */
 #define TOMB_TAG 1u
 #define IS_TOMB(p) (((uintptr_t)(p)) & TOMB_TAG)
@@ -303,21 +309,27 @@ void fanout__table_insert(struct fanout_engine *e, struct record *rec)
 				 memory_order_release);
 }
 
-/* Caller holds the read lock; the result is valid until it unlocks. */
-struct record *fanout__table_find(struct fanout_engine *e, fanout_id id)
+/* What @id's slot holds now: a record, a tagged tomb or NULL (also for an
+ * id whose chunk was never allocated).  Caller holds the read lock. */
+static struct record *slot_load(struct fanout_engine *e, fanout_id id)
 {
 	struct fanout_table *t = e->table;
-	uint32_t slot = (uint32_t)((id ^ t->key) & SLOT_MASK);
-	struct slot_chunk *c;
-	struct record *rec;
+	uint32_t slot = slot_of(e, id);
 
 	if ((slot >> CHUNK_SHIFT) >=
 	    atomic_load_explicit(&t->nchunks, memory_order_acquire))
 		return NULL;
-	c = chunk_of(t, slot);
-	/* acquire: pairs with the release store in insert. */
-	rec = atomic_load_explicit(&c->rec[slot & (CHUNK - 1)],
-				   memory_order_acquire);
+	/* acquire: pairs with the release store in insert, or with the
+	 * release CAS that put a tomb there (fanout__table_compact). */
+	return atomic_load_explicit(&chunk_of(t, slot)->rec[slot & (CHUNK - 1)],
+				    memory_order_acquire);
+}
+
+/* Caller holds the read lock; the result is valid until it unlocks. */
+struct record *fanout__table_find(struct fanout_engine *e, fanout_id id)
+{
+	struct record *rec = slot_load(e, id);
+
 	if (!rec || IS_TOMB(rec))
 		return NULL; /* a tomb: finished, its block gone */
 	FQ_HANDOFF_ACQUIRE(rec);
@@ -380,20 +392,12 @@ static bool read_tomb(const struct fanout_tomb *tb, fanout_id id,
  * the table).  Caller holds the read lock. */
 bool fanout__table_finished(struct fanout_engine *e, fanout_id id)
 {
-	struct fanout_table *t = e->table;
-	uint32_t slot = slot_of(e, id);
 	struct fanout_info info;
 	struct record *p;
 	bool retry;
 
-	if ((slot >> CHUNK_SHIFT) >=
-	    atomic_load_explicit(&t->nchunks, memory_order_acquire))
-		return false;
 	do {
-		/* acquire: as in find; the tomb was published by the CAS. */
-		p = atomic_load_explicit(
-			&chunk_of(t, slot)->rec[slot & (CHUNK - 1)],
-			memory_order_acquire);
+		p = slot_load(e, id);
 		if (!IS_TOMB(p))
 			return false;
 	} while (!read_tomb(TOMB_OF(p), id, &info, &retry) && retry);
@@ -462,9 +466,9 @@ void fanout__table_tomb(struct fanout_engine *e, struct record *rec)
 		flags |= TOMB_BG;
 	if (rec->ev.cancelled)
 		flags |= TOMB_CANCELLED;
-	/* A key longer than TOMB_KEY is not copied: fanout__table_compact
-	 * keeps such a record whole (the same test). */
-	if (klen && klen <= TOMB_KEY) {
+	/* A key that does not fit is not copied: fanout__table_compact keeps
+	 * such a record whole (the same test). */
+	if (klen && key_fits(rec)) {
 		uint64_t w[TOMB_KEY / 8] = {0};
 
 		memcpy(w, rec->session_key, klen);
@@ -494,7 +498,7 @@ uint32_t fanout__table_compact(struct record *rec)
 
 	/* Decided from the record, which the caller's thread wrote at
 	 * dispatch: the tomb's own lines are the finaliser's. */
-	if (rec->session_key && strlen(rec->session_key) >= TOMB_KEY)
+	if (!key_fits(rec))
 		return 1; /* the session key did not fit: keep the record */
 	/* acq_rel: against evict's exchange (see there); release also
 	 * publishes the tomb to readers that load the tagged pointer. */
@@ -690,18 +694,9 @@ int fanout_lookup(struct fanout_engine *e, fanout_id id,
 		return -EOWNERDEAD;
 	fanout__read_lock();
 	for (;;) {
-		uint32_t slot = slot_of(e, id);
 		bool retry = false;
 
-		if ((slot >> CHUNK_SHIFT) >=
-		    atomic_load_explicit(&e->table->nchunks,
-					 memory_order_acquire))
-			break;
-		/* acquire: pairs with insert's release store, or with the
-		 * release CAS that put the tomb there (compact). */
-		rec = atomic_load_explicit(
-			&chunk_of(e->table, slot)->rec[slot & (CHUNK - 1)],
-			memory_order_acquire);
+		rec = slot_load(e, id);
 		if (rec && !IS_TOMB(rec)) {
 			FQ_HANDOFF_ACQUIRE(rec);
 			if (rec->id == id) {
