@@ -7,6 +7,10 @@
  *              hand-off can be answered);
  *   ck_ring    cost per item of a raw ck_ring SPSC stream, producer pinned
  *              to CPU 0, consumer to CPU 1;
+ *   rt tail    the same ping-pong timed one round trip at a time, as the
+ *              hot latency scenario times fanout (the clock read around
+ *              each sample): its p50 and p999 are the best a hand-off to
+ *              another thread can do on this host, tail included;
  *   futex      round trip of two threads that each sleep in FUTEX_WAIT and
  *              wake the other with FUTEX_WAKE (what waking a parked worker
  *              and being woken by it costs), back to back;
@@ -84,6 +88,24 @@ static void *pp_a(void *arg)
 			bench_hist_add(p->h, t - tb);
 			tb = t;
 		}
+	}
+	return NULL;
+}
+
+/* One round trip per sample, each timed (the "rt tail" limit). */
+static void *rt_a(void *arg)
+{
+	struct pair *p = arg;
+	bench_pin_self(cpu_of(0));
+	start_gate(p);
+	for (uint64_t i = 1; i <= p->iters; i++) {
+		uint64_t t0 = bench_now_ns();
+		atomic_store_explicit(&p->flag, 2 * i - 1,
+				      memory_order_release);
+		while (atomic_load_explicit(&p->flag, memory_order_acquire) !=
+		       2 * i)
+			;
+		bench_hist_add(p->h, bench_now_ns() - t0);
 	}
 	return NULL;
 }
@@ -229,7 +251,7 @@ static double run_pair(void *(*a)(void *), void *(*b)(void *), uint64_t iters,
 }
 
 double bench_limit_pingpong, bench_limit_ring, bench_limit_futex,
-	bench_limit_futex_idle;
+	bench_limit_futex_idle, bench_limit_rt_p50, bench_limit_rt_p999;
 
 /*
  * The limits are measured in two sets, at the start and at the end of the
@@ -240,7 +262,7 @@ double bench_limit_pingpong, bench_limit_ring, bench_limit_futex,
 static double lim_pp[LIM_MAX_ROUNDS], lim_rg[LIM_MAX_ROUNDS],
 	lim_fx[LIM_MAX_ROUNDS];
 static unsigned lim_n;
-static struct bench_hist *lim_hi;
+static struct bench_hist *lim_hi, *lim_rt;
 
 void bench_limits(void)
 {
@@ -249,8 +271,12 @@ void bench_limits(void)
 	uint64_t nrg = (uint64_t)(2000000 * bench_opt.scale) + 1000;
 	uint64_t nfx = (uint64_t)(10000 * bench_opt.scale) + 100;
 	uint64_t nfi = (uint64_t)(150 * bench_opt.scale) + 10;
+	/* as many as the hot latency scenario takes per round */
+	uint64_t nrt = (uint64_t)(5000 * bench_opt.scale) + 10;
 	if (!lim_hi)
 		lim_hi = bench_hist_new();
+	if (!lim_rt)
+		lim_rt = bench_hist_new();
 	/* warm-up */
 	run_pair(pp_a, pp_b, npp / 10, false, PP_BLOCK);
 	run_pair(ring_prod, ring_cons, nrg / 10, true, RING_BLOCK);
@@ -261,11 +287,14 @@ void bench_limits(void)
 			run_pair(ring_prod, ring_cons, nrg, true, RING_BLOCK);
 		lim_fx[lim_n] = run_pair(fx_a, fx_b, nfx, false, 1);
 		run_pair_h(fxi_a, fx_b, nfi, false, 2000000, lim_hi);
+		run_pair_h(rt_a, pp_b, nrt, false, 0, lim_rt);
 	}
 	bench_limit_pingpong = bench_median(lim_pp, lim_n);
 	bench_limit_ring = bench_median(lim_rg, lim_n);
 	bench_limit_futex = bench_median(lim_fx, lim_n);
 	bench_limit_futex_idle = bench_hist_quantile(lim_hi, 0.5);
+	bench_limit_rt_p50 = bench_hist_quantile(lim_rt, 0.5);
+	bench_limit_rt_p999 = bench_hist_quantile(lim_rt, 0.999);
 }
 
 void bench_limits_report(void)
@@ -279,6 +308,10 @@ void bench_limits_report(void)
 		      bench_limit_ring, "ns", BENCH_LOWER);
 	bench_fig_add("limits", "futex wake RTT", "limit", bench_limit_futex,
 		      "ns", BENCH_LOWER);
+	bench_fig_add("limits", "round trip one at a time p50", "limit",
+		      bench_limit_rt_p50, "ns", BENCH_LOWER);
+	bench_fig_add("limits", "round trip one at a time p999", "limit",
+		      bench_limit_rt_p999, "ns", BENCH_LOWER);
 	bench_fig_add("limits", "futex wake RTT after 2 ms idle p50", "limit",
 		      bench_limit_futex_idle, "ns", BENCH_LOWER);
 	FILE *f = bench_opt.out;
@@ -294,6 +327,15 @@ void bench_limits_report(void)
 		"%.1f)\n",
 		bench_limit_pingpong, bench_min(lim_pp, n),
 		bench_max(lim_pp, n));
+	fprintf(f,
+		"  round trip, one at a time        %9.1f ns   p50 (p99 %.1f, "
+		"p999 %.1f: %.1fx p50; %llu samples)\n",
+		bench_limit_rt_p50, bench_hist_quantile(lim_rt, 0.99),
+		bench_limit_rt_p999,
+		bench_limit_rt_p50 > 0 ?
+			bench_limit_rt_p999 / bench_limit_rt_p50 :
+			NAN,
+		(unsigned long long)lim_rt->count);
 	fprintf(f,
 		"  raw ck_ring SPSC handoff         %9.1f ns/item (min %.1f, "
 		"max %.1f)\n",
