@@ -33,9 +33,11 @@ FANOUT_API long fanout_test_fail_at(enum fanout_fault what, long k);
 /**
  * fanout_test_quiesce() - wait until every record released so far is freed.
  *
- * Records are freed by RCU callbacks after a grace period; this waits for
- * them (and for records those callbacks release).  Blocks; never call it
- * from a child.
+ * Records are freed by RCU callbacks after a grace period; this hands
+ * over what waits for a batch, and the calling thread's limbo of small
+ * blocks, then waits for them (and for records those callbacks release).
+ * Small blocks in other threads' limbos stay there until those threads
+ * dispatch, exit or call this.  Blocks; never call it from a child.
  */
 FANOUT_API void fanout_test_quiesce(void);
 
@@ -67,6 +69,22 @@ FANOUT_API int fanout_test_mallctl(const char *name, void *oldp,
  * workers since it was created.  0 for NULL.
  */
 FANOUT_API uint64_t fanout_test_offers_taken(struct fanout_engine *e);
+
+/**
+ * fanout_test_blocks_reused() - record blocks that dispatches in this
+ * process took back from their thread's limbo (small blocks retired by
+ * the same thread, reused once no read-side section could hold them)
+ * instead of allocating.
+ */
+FANOUT_API uint64_t fanout_test_blocks_reused(void);
+
+/**
+ * fanout_test_read_section() - enter (@enter true) or leave a read-side
+ * section on the calling thread, as lookups, lists and cancels do around
+ * their reads.  While a thread is inside, no block retired after it
+ * entered is reused.  Sections nest; leave each one entered.
+ */
+FANOUT_API void fanout_test_read_section(bool enter);
 
 #ifdef __cplusplus
 }

@@ -307,8 +307,10 @@ void fanout_destroy(struct fanout_engine *e)
 	 * destroyed earlier drains its leftover events in its callback).
 	 * Before each, the records waiting for a batch are handed over. */
 	fanout__rec_flush(e);
+	fanout__limbo_drain(); /* this thread's; blocks, not the engine's */
 	rcu_barrier();
 	fanout__rec_flush(e);
+	fanout__limbo_drain();
 	rcu_barrier();
 	FQ_HANDOFF_ACQUIRE(&fanout__rcu_token); /* the callbacks' release */
 	if (inherited)

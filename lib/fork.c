@@ -82,6 +82,7 @@ static void after_fork_child(void)
 {
 	urcu_bp_after_fork_child();
 	call_rcu_after_fork_child();
+	fanout__epoch_fork_child();
 	/* relaxed: the child has one thread; see "Inherited engines". */
 	atomic_fetch_add_explicit(&fanout__fork_gen, 1, memory_order_relaxed);
 	/* A fork from inside a child task: the new process starts at top

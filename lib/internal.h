@@ -53,12 +53,28 @@
 /* rcu_read_unlock with the TSan edge the notes ask for (see annotate.h):
  * a read-side section's accesses happen before the grace period ends. */
 extern int fanout__rcu_token;
-#define fanout__read_lock() rcu_read_lock()
+/* Every section is also an epoch section (epoch.c): small record blocks
+ * are reused on the epochs, everything else freed by call_rcu. */
+#define fanout__read_lock()                                                    \
+	do {                                                                   \
+		rcu_read_lock();                                               \
+		fanout__epoch_enter();                                         \
+	} while (0)
 #define fanout__read_unlock()                                                  \
 	do {                                                                   \
+		fanout__epoch_exit();                                          \
 		FQ_HANDOFF_RELEASE(&fanout__rcu_token);                        \
 		rcu_read_unlock();                                             \
 	} while (0)
+
+/* epoch.c */
+void fanout__epoch_enter(void);
+void fanout__epoch_exit(void);
+/* Does this thread own a slot, hence an exit hook that drains its limbo? */
+bool fanout__epoch_hooked(void);
+uint64_t fanout__epoch_tag(void);
+bool fanout__epoch_safe(uint64_t tag, bool try_advance);
+void fanout__epoch_fork_child(void);
 
 /* Which result strings of a child were allocated by fanout_set_*(). */
 #define OWN_ERROR 0x1u
@@ -197,7 +213,9 @@ struct record {
 	_Atomic(struct leftover *) leftovers;
 	_Atomic uint32_t ncompleted; /* A: completed children (QUORUM) */
 	struct rcu_head rcu;	     /* L: deferred free */
-	struct record *free_next;    /* H: the engine's `retired` batch */
+	struct record *free_next;    /* H: the engine's `retired` batch, or
+				      * a thread's limbo (record.c) */
+	uint64_t limbo_tag;	     /* H: epoch tag in a limbo */
 	struct cds_wfcq_node qnode;  /* L: sink linkage */
 	uint64_t finish_seq;	     /* F: position among finished records */
 
@@ -308,6 +326,8 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 				 bool background, unsigned nrunners);
 void fanout__rec_put(struct record *rec, uint32_t n);
 void fanout__rec_flush(struct fanout_engine *e);
+void fanout__limbo_drain(void);
+uint64_t fanout__limbo_reused(void);
 void fanout__active_put(struct fanout_engine *e, uint32_t n);
 
 /* join.c */

@@ -11,8 +11,10 @@
  * section, so the record outlives finalisation.  The table reference goes
  * when the record is pruned (never before its event is published: pruning
  * happens in the finaliser after publishing).  The last put frees through
- * call_rcu, so lookups that found the record under rcu_read_lock still read
- * valid memory.
+ * call_rcu, or, for a small record, keeps the block in the thread's limbo
+ * until the epochs say no read-side section can hold it ("Limbo"), so
+ * lookups that found the record under fanout__read_lock still read valid
+ * memory.
  */
 #include "internal.h"
 
@@ -36,12 +38,12 @@ static void freer_init(void)
 	freer_ready = true;
 }
 
-static void rec_free_one(struct record *rec)
+/* Free what a retired record owns apart from its block: the strings its
+ * children set. */
+static void release_strings(struct record *rec)
 {
 	unsigned i;
 
-	FQ_HANDOFF_ACQUIRE(&fanout__rcu_token);
-	FQ_HANDOFF_ACQUIRE(rec);
 	/* relaxed: see mark_strings() in child.c.  Without child strings the
 	 * result slots are not read at all (a 4096-child block is 256 KB of
 	 * them, which this thread would pull through its cache). */
@@ -56,6 +58,13 @@ static void rec_free_one(struct record *rec)
 				fanout__str_free(r->error);
 		}
 	}
+}
+
+static void rec_free_one(struct record *rec)
+{
+	FQ_HANDOFF_ACQUIRE(&fanout__rcu_token);
+	FQ_HANDOFF_ACQUIRE(rec);
+	release_strings(rec);
 	/* The record's references on its deferred children (pending.c).
 	 * relaxed: the acquire of the last rec_put orders every push before
 	 * this callback. */
@@ -116,11 +125,138 @@ static void free_batch(struct record *first)
 	call_rcu(&first->rcu, rec_free_rcu);
 }
 
+/*
+ * Limbo.  A small record (a block below the block cache's classes, no
+ * deferred children) whose last reference a thread drops stays in that
+ * thread's limbo, a FIFO tagged by fanout__epoch_tag(), instead of going
+ * to call_rcu.  The thread's next fanout__rec_alloc() takes the oldest
+ * limbo block if it fits and the epoch says that no read-side section can
+ * still hold it (epoch.c): the block comes back to the thread that last
+ * wrote it, with no call_rcu, no allocator call and no page fault.  The
+ * tag is read after the record became unreachable: the unlink happens
+ * before the last put (the count's release/acquire), which is before
+ * F_w.  A limbo holds at most LIMBO_MAX blocks; past that the oldest
+ * LIMBO_BATCH go to call_rcu as one batch, and so does all of it when its
+ * thread exits (epoch.c's exit hook, which a thread gets before its first
+ * limbo block) or calls fanout_destroy() or
+ * fanout_test_quiesce().  Such a batch is freed as any other: every
+ * read-side section is also an RCU one.  A limbo block is plain allocator
+ * memory and serves a dispatch to any engine; freeing it later touches
+ * none (a small block never goes to an engine's block cache).
+ */
+#define LIMBO_MAX 64u
+#define LIMBO_BATCH 32u
+/* Try to move the epoch on only with this many blocks waiting: each try
+ * reads every reader's line and writes the epoch's, which every reader
+ * reads; once per LIMBO_ADVANCE dispatches keeps those transfers off the
+ * hand-off (a dispatch to spinning workers is a few lines in all). */
+#define LIMBO_ADVANCE 16u
+
+struct limbo {
+	struct record *head, *tail; /* oldest first, through free_next */
+	unsigned n;
+	uint64_t reused;
+};
+
+static FQ_TLS struct limbo tls_limbo;
+static _Atomic uint64_t limbo_reused_total; /* A: a statistic for tests */
+
+/* Only a thread with an exit hook keeps a limbo (or its blocks would be
+ * lost with it). */
+static bool limbo_fits(const struct record *rec)
+{
+	/* relaxed: the last put's acquire ordered every push. */
+	return rec->alloc_size < ((size_t)1 << BLOCKS_MIN_SHIFT) &&
+	       !atomic_load_explicit(&rec->pendings, memory_order_relaxed) &&
+	       fanout__epoch_hooked();
+}
+
+/* Hand the @k oldest limbo blocks to call_rcu as one batch. */
+static void limbo_spill(struct limbo *l, unsigned k)
+{
+	struct record *first = l->head, *last = first;
+
+	if (!first)
+		return;
+	while (--k && last->free_next)
+		last = last->free_next;
+	l->head = last->free_next;
+	if (!l->head)
+		l->tail = NULL;
+	last->free_next = NULL;
+	for (struct record *r = first; r; r = r->free_next)
+		l->n--;
+	free_batch(first);
+}
+
+static void limbo_put(struct record *rec)
+{
+	struct limbo *l = &tls_limbo;
+
+	rec->limbo_tag = fanout__epoch_tag();
+	rec->free_next = NULL;
+	if (l->tail)
+		l->tail->free_next = rec;
+	else
+		l->head = rec;
+	l->tail = rec;
+	if (++l->n > LIMBO_MAX)
+		limbo_spill(l, LIMBO_BATCH);
+}
+
+/* The oldest limbo block if it can hold @size bytes (without wasting half
+ * of it) and no reader can still hold it; NULL otherwise.  *@fault: the
+ * allocation fault injection fired (as fanout__blocks_alloc would). */
+static struct record *limbo_take(size_t size, bool *fault)
+{
+	struct limbo *l = &tls_limbo;
+	struct record *rec = l->head;
+
+	*fault = false;
+	if (!rec || rec->alloc_size < size ||
+	    rec->alloc_size > size + size / 2 ||
+	    !fanout__epoch_safe(rec->limbo_tag, l->n >= LIMBO_ADVANCE))
+		return NULL;
+	if (fanout__alloc_fault()) {
+		*fault = true;
+		return NULL;
+	}
+	l->head = rec->free_next;
+	if (!l->head)
+		l->tail = NULL;
+	l->n--;
+	l->reused++;
+	/* relaxed: a statistic. */
+	atomic_fetch_add_explicit(&limbo_reused_total, 1, memory_order_relaxed);
+	release_strings(rec);
+	return rec;
+}
+
+void fanout__limbo_drain(void)
+{
+	struct limbo *l = &tls_limbo;
+
+	while (l->head)
+		limbo_spill(l, LIMBO_BATCH);
+}
+
+uint64_t fanout__limbo_reused(void)
+{
+	/* relaxed: a statistic. */
+	return atomic_load_explicit(&limbo_reused_total, memory_order_relaxed);
+}
+
 static void retire(struct record *rec)
 {
 	struct fanout_engine *e = rec->e;
+	uintptr_t h;
+
+	if (limbo_fits(rec)) {
+		limbo_put(rec);
+		return;
+	}
 	/* relaxed: a first look; the CAS below orders. */
-	uintptr_t h = atomic_load_explicit(&e->retired, memory_order_relaxed);
+	h = atomic_load_explicit(&e->retired, memory_order_relaxed);
 
 	for (;;) {
 		uintptr_t len = (h & FREE_LEN_MASK) + 1;
@@ -216,6 +352,7 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	size_t size;
 	struct fanout_task *slots;
 	struct record *rec;
+	bool fault;
 	char *area;
 
 	for (i = 0; i < ntask_slots; i++)
@@ -223,7 +360,11 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	head = (head + CACHELINE - 1) & ~(size_t)(CACHELINE - 1);
 	head += nrunners * sizeof(struct progress_slot);
 	size = head + ntask_slots * sizeof(struct fanout_task) + n + strings;
-	rec = fanout__blocks_alloc(&e->blocks, size, &size);
+	rec = limbo_take(size, &fault);
+	if (rec)
+		size = rec->alloc_size;
+	else if (!fault)
+		rec = fanout__blocks_alloc(&e->blocks, size, &size);
 	if (!rec)
 		return NULL;
 	/* Only the read-mostly head is zeroed; the join line is initialised

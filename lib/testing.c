@@ -59,6 +59,19 @@ int fanout_test_block_cache(struct fanout_engine *e, size_t *bytes,
 	return 0;
 }
 
+uint64_t fanout_test_blocks_reused(void)
+{
+	return fanout__limbo_reused();
+}
+
+void fanout_test_read_section(bool enter)
+{
+	if (enter)
+		fanout__read_lock();
+	else
+		fanout__read_unlock();
+}
+
 uint64_t fanout_test_offers_taken(struct fanout_engine *e)
 {
 	struct fq_worker_stats st;

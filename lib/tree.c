@@ -142,7 +142,8 @@ int fanout_cancel_session(struct fanout_engine *e, const char *session_key,
 	return 0;
 }
 
-/* Hand every engine's retired records to call_rcu (fanout_test_quiesce). */
+/* Hand every engine's retired records, and the calling thread's limbo,
+ * to call_rcu (fanout_test_quiesce). */
 void fanout__engines_flush(void)
 {
 	struct cds_lfht_iter iter;
@@ -159,4 +160,5 @@ void fanout__engines_flush(void)
 		fanout__rec_flush(e);
 	}
 	fanout__read_unlock();
+	fanout__limbo_drain();
 }

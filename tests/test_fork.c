@@ -28,6 +28,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include "fanout_testing.h"
+
 #if defined(__SANITIZE_THREAD__)
 #define HAVE_TSAN 1
 #elif defined(__has_feature)
@@ -448,9 +450,71 @@ static void X04_fork_inside_child(void **state)
 	fanout_destroy(e);
 }
 
+struct holder {
+	atomic_int inside, release;
+};
+
+static void *hold_section(void *arg)
+{
+	struct holder *h = arg;
+
+	fanout_test_read_section(true);
+	atomic_store(&h->inside, 1);
+	CHECK(wait_flag(&h->release, GATE_MS));
+	fanout_test_read_section(false);
+	return NULL;
+}
+
+/* A fork while another thread is inside a read-side section (a lookup, as
+ * it were, on the parent's engine): the child has only the forking thread,
+ * so that section is not its, and its own synchronous delegations still
+ * get their blocks back (lib/epoch.c). */
+static void fork_forgets_other_threads_sections(void **state)
+{
+	(void)state;
+	struct fanout_engine *pe = eng2();
+	struct holder h = {0};
+	pthread_t t = spawn(hold_section, &h);
+	pid_t pid;
+
+	assert_true(wait_flag(&h.inside, WAIT_MS));
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct fanout_engine *ne = NULL;
+		uint64_t before;
+
+		alarm(KID_S);
+		if (KID_THREADS) {
+			KID(fanout_create(&(struct fanout_config){.workers = 1},
+					  &ne) == 0);
+			before = fanout_test_blocks_reused();
+			for (unsigned i = 0; i < 300; i++) {
+				struct fanout_task tk = {"kid", count_fn, NULL};
+				struct fanout_batch b = {.tasks = &tk,
+							 .ntasks = 1};
+				struct fanout_event *ev = NULL;
+				atomic_int count = 0;
+
+				tk.arg = &count;
+				KID(fanout_run(ne, &b, &ev) == 0 && ev);
+				fanout_event_free(ev);
+			}
+			KID(fanout_test_blocks_reused() > before);
+			fanout_destroy(ne);
+		}
+		_exit(0);
+	}
+	assert_int_equal(reap(pid), 0);
+	atomic_store(&h.release, 1);
+	join(t);
+	fanout_destroy(pe);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		TC(fork_forgets_other_threads_sections),
 		TC(X05_forked_child_uses_new_engine),
 		TC(X01_X03_fork_while_busy),
 		TC(X04_fork_inside_child),

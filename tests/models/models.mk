@@ -96,6 +96,16 @@ $(eval $(call models_run,pending_finish-bug4,pending_finish,fail,-DBUG=4,-DSAFET
 $(eval $(call models_run,pending_finish-late1,pending_finish,fail,-DLATE=1,-DSAFETY,))
 $(eval $(call models_run,pending_finish-fix0,pending_finish,fail,-DFIX=0,-DSAFETY,))
 
+# epochs (lib/epoch.c, record.c "Limbo"): 2 readers x 2 sections, a
+# retirer that reuses the block at tag + 2, one more advancer.  Bugs:
+# reuse at tag + 1; tag read before the unlink; an advance that ignores an
+# older announcement; a reader that loads the slot before announcing.
+$(eval $(call models_run,epoch,epoch,pass,,-DSAFETY,))
+$(eval $(call models_run,epoch-bug1,epoch,fail,-DBUG=1,-DSAFETY,))
+$(eval $(call models_run,epoch-bug2,epoch,fail,-DBUG=2,-DSAFETY,))
+$(eval $(call models_run,epoch-bug3,epoch,fail,-DBUG=3,-DSAFETY,))
+$(eval $(call models_run,epoch-bug4,epoch,fail,-DBUG=4,-DSAFETY,))
+
 .PHONY: models models-deps
 models: $(MODELS_RUNS)
 	@echo "make models: $(words $(MODELS_RUNS)) runs as expected" \
