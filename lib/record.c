@@ -155,7 +155,6 @@ static void free_batch(struct record *first)
 struct limbo {
 	struct record *head, *tail; /* oldest first, through free_next */
 	unsigned n;
-	uint64_t reused;
 };
 
 static FQ_TLS struct limbo tls_limbo;
@@ -178,14 +177,12 @@ static void limbo_spill(struct limbo *l, unsigned k)
 
 	if (!first)
 		return;
-	while (--k && last->free_next)
+	for (l->n--; --k && last->free_next; l->n--)
 		last = last->free_next;
 	l->head = last->free_next;
 	if (!l->head)
 		l->tail = NULL;
 	last->free_next = NULL;
-	for (struct record *r = first; r; r = r->free_next)
-		l->n--;
 	free_batch(first);
 }
 
@@ -225,7 +222,6 @@ static struct record *limbo_take(size_t size, bool *fault)
 	if (!l->head)
 		l->tail = NULL;
 	l->n--;
-	l->reused++;
 	/* relaxed: a statistic. */
 	atomic_fetch_add_explicit(&limbo_reused_total, 1, memory_order_relaxed);
 	release_strings(rec);

@@ -14,7 +14,7 @@
 
 #include <unistd.h>
 
-#include "fanout_testing.h"
+#include "section.h"
 
 static int nop_fn(struct fanout_child *c, void *arg)
 {
@@ -65,22 +65,6 @@ static void small_blocks_come_back(void **state)
 	fanout_event_free(ev);
 	tb_free(busy);
 	fanout_destroy(e);
-}
-
-struct holder {
-	atomic_int inside, release, done;
-};
-
-static void *hold_section(void *arg)
-{
-	struct holder *h = arg;
-
-	fanout_test_read_section(true);
-	atomic_store(&h->inside, 1);
-	CHECK(wait_flag(&h->release, GATE_MS));
-	fanout_test_read_section(false);
-	atomic_store(&h->done, 1);
-	return NULL;
 }
 
 /* While another thread is inside a section opened before them, no block

@@ -28,7 +28,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include "fanout_testing.h"
+#include "section.h"
 
 #if defined(__SANITIZE_THREAD__)
 #define HAVE_TSAN 1
@@ -448,21 +448,6 @@ static void X04_fork_inside_child(void **state)
 	assert_no_event(fanout_default_sink(e));
 	must_run_one(e);
 	fanout_destroy(e);
-}
-
-struct holder {
-	atomic_int inside, release;
-};
-
-static void *hold_section(void *arg)
-{
-	struct holder *h = arg;
-
-	fanout_test_read_section(true);
-	atomic_store(&h->inside, 1);
-	CHECK(wait_flag(&h->release, GATE_MS));
-	fanout_test_read_section(false);
-	return NULL;
 }
 
 /* A fork while another thread is inside a read-side section (a lookup, as
