@@ -146,11 +146,13 @@ static void free_batch(struct record *first)
  */
 #define LIMBO_MAX 64u
 #define LIMBO_BATCH 32u
-/* Try to move the epoch on only with this many blocks waiting: each try
- * reads every reader's line and writes the epoch's, which every reader
- * reads; once per LIMBO_ADVANCE dispatches keeps those transfers off the
- * hand-off (a dispatch to spinning workers is a few lines in all). */
+/* Try to move the epoch on only with LIMBO_ADVANCE blocks waiting, and
+ * after a try that did not free the oldest, again only with LIMBO_RETRY
+ * more: each try reads every reader's line and writes the epoch's, which
+ * every reader reads, and a dispatch to spinning workers moves only a few
+ * lines in all.  Workers inside sections (finalisers) refuse some tries. */
 #define LIMBO_ADVANCE 16u
+#define LIMBO_RETRY 8u
 
 struct limbo {
 	struct record *head, *tail; /* oldest first, through free_next */
@@ -212,7 +214,9 @@ static struct record *limbo_take(size_t size, bool *fault)
 	*fault = false;
 	if (!rec || rec->alloc_size < size ||
 	    rec->alloc_size > size + size / 2 ||
-	    !fanout__epoch_safe(rec->limbo_tag, l->n >= LIMBO_ADVANCE))
+	    !fanout__epoch_safe(rec->limbo_tag,
+				l->n >= LIMBO_ADVANCE &&
+					l->n % LIMBO_RETRY == 0))
 		return NULL;
 	if (fanout__alloc_fault()) {
 		*fault = true;
