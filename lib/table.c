@@ -378,8 +378,8 @@ void fanout__table_insert(struct fanout_engine *e, struct record *rec)
  * id whose chunk was never allocated); *@tbp = the slot's tomb, which a
  * tagged pointer names (its address is computed, not loaded: the tomb's
  * fields share the pointer's line).  Caller holds the read lock. */
-static struct record *slot_load(struct fanout_engine *e, fanout_id id,
-				struct fanout_tomb **tbp)
+static inline __attribute__((always_inline)) struct record *
+slot_load(struct fanout_engine *e, fanout_id id, struct fanout_tomb **tbp)
 {
 	struct fanout_table *t = e->table;
 	uint32_t slot = slot_of(e, id);
