@@ -643,7 +643,7 @@ static void walk(struct fanout_engine *e,
 					continue;
 				if (IS_TOMB(rec)) {
 					if (tomb_fn)
-						tomb_fn(TOMB_OF(rec), arg);
+						tomb_fn(&c->tomb[i], arg);
 					continue;
 				}
 				FQ_HANDOFF_ACQUIRE(rec);
