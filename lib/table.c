@@ -155,10 +155,19 @@ struct slot_chunk {
 	_Atomic uint32_t next[CHUNK]; /* A: free stack link, idx+1 */
 };
 
-/* Chunks come from 2 MiB-aligned regions of 2 MiB ("Memory"). */
+/* Chunks come from 2 MiB-aligned regions of 2 MiB ("Memory"), one line
+ * more than a chunk apart: a lookup reads the first line of a 128-byte
+ * slot, so with an even number of lines between chunks every lookup line
+ * of a region would sit in the even cache sets (within a 2 MiB page the
+ * set index bits are the virtual address's), and the 14 chunks of each
+ * region in the same sets as every other region's.  An odd stride puts
+ * every other chunk's slots in the odd sets.  (callgrind, 16 MiB 16-way
+ * last level, 100k records: 0.25 -> 0.19 misses per lookup.) */
 #define REGION ((size_t)2 << 20)
-#define PER_REGION ((uint32_t)(REGION / sizeof(struct slot_chunk)))
-_Static_assert(REGION / sizeof(struct slot_chunk) >= 1, "a chunk fits");
+#define CHUNK_STRIDE (sizeof(struct slot_chunk) + CACHELINE)
+#define PER_REGION ((uint32_t)(REGION / CHUNK_STRIDE))
+_Static_assert(REGION / CHUNK_STRIDE >= 1, "a chunk fits");
+_Static_assert(CHUNK_STRIDE / CACHELINE % 2 == 1, "odd stride in lines");
 
 struct fanout_table {
 	/* Read by every lookup and event free: apart from free_head, which
@@ -283,9 +292,10 @@ static int grow(struct fanout_table *t, uint32_t *slot)
 		/* Chunk n - k, installed before nchunks passed it (our
 		 * acquire above), starts chunk n's region: never used, so
 		 * zero. */
-		c = atomic_load_explicit(&t->chunk[n - k],
-					 memory_order_relaxed) +
-		    k;
+		char *r = (char *)atomic_load_explicit(&t->chunk[n - k],
+						       memory_order_relaxed);
+
+		c = (struct slot_chunk *)(void *)(r + k * CHUNK_STRIDE);
 	}
 	/* acq_rel: claims chunk n; the chunk's contents are published by
 	 * the release store of nchunks below, before which no one reads
