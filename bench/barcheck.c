@@ -474,9 +474,49 @@ static double python_stream(unsigned n, uint64_t ns)
 /* ---------------------------------------------------------- records */
 
 struct recs {
-	double lookup_1k, lookup_big, list_keep, list_async;
+	double lookup_1k, lookup_big, list_keep, list_async, dram;
 	size_t big;
 };
+
+/*
+ * The floor of a lookup at 1M records: one dependent random 64-byte read
+ * over 148 MiB (about the record table's size with 1M finished records),
+ * a pointer chase through the lines in one random cycle (Sattolo), on
+ * the pages malloc gives.  ns per read, over ~@ns.
+ */
+static double dram_read(uint64_t ns)
+{
+	size_t n = ((size_t)148 << 20) / 64;
+	uint32_t *w = malloc(n * 64), *perm = malloc(n * sizeof(*perm));
+	uint64_t x = 2463534242ull, k = 0, t0, t;
+	uint32_t a = 0;
+	if (!w || !perm)
+		die("out of memory");
+	for (size_t i = 0; i < n; i++)
+		perm[i] = (uint32_t)i;
+	for (size_t i = n - 1; i > 0; i--) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		size_t j = x % i;
+		uint32_t v = perm[i];
+		perm[i] = perm[j];
+		perm[j] = v;
+	}
+	for (size_t i = 0; i < n; i++)
+		w[(size_t)perm[i] * 16] = perm[(i + 1) % n];
+	free(perm);
+	const volatile uint32_t *vw = w;
+	t0 = now_ns();
+	do {
+		for (int j = 0; j < 4096; j++, k++)
+			a = vw[(size_t)a * 16];
+	} while ((t = now_ns()) - t0 < ns);
+	if (a >= n)
+		die("DRAM chase broken");
+	free(w);
+	return (double)(t - t0) / (double)k;
+}
 
 static void fill(struct fanout_engine *e, fanout_id *ids, size_t from,
 		 size_t to)
@@ -523,18 +563,29 @@ static double list_page(struct fanout_engine *e, size_t n)
 	return median(t, k);
 }
 
-/* Mean ns of fanout_lookup() of random ids among @ids[0..n), ~@ns long. */
+/* Mean ns of fanout_lookup() of random ids among @ids[0..n), ~@ns long.
+ * The ids are drawn beforehand, @n of them, and read in order (drawn
+ * inside the loop, each would add a miss on the id array at 1M). */
 static double lookups(struct fanout_engine *e, const fanout_id *ids, size_t n,
 		      uint64_t ns)
 {
 	static uint64_t x = 88172645463325252ull;
-	uint64_t k = 0, t0 = now_ns(), t;
+	fanout_id *seq = malloc(n * sizeof(*seq));
+	uint64_t k = 0, t0, t;
+	size_t at = 0;
+	if (!seq)
+		die("out of memory");
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		seq[i] = ids[x % n];
+	}
+	t0 = now_ns();
 	do {
 		for (int j = 0; j < 256; j++, k++) {
-			x ^= x << 13;
-			x ^= x >> 7;
-			x ^= x << 17;
-			fanout_id id = ids[x % n];
+			fanout_id id = seq[at];
+			at = at + 1 < n ? at + 1 : 0;
 			struct fanout_info info;
 			int rc = fanout_lookup(e, id, &info);
 			if (rc || info.id != id)
@@ -542,6 +593,7 @@ static double lookups(struct fanout_engine *e, const fanout_id *ids, size_t n,
 				    rc ? fanout_strerror(rc) : "wrong record");
 		}
 	} while ((t = now_ns()) - t0 < ns);
+	free(seq);
 	return (double)(t - t0) / (double)k;
 }
 
@@ -551,7 +603,8 @@ static void records(struct recs *out)
 	struct fanout_config wide = {.max_async = 1u << 20};
 	size_t big = quick ? 100000 : 1000000;
 	fanout_id *ids = malloc(big * sizeof(*ids));
-	double a[MAX_ROUNDS], b[MAX_ROUNDS], c[MAX_ROUNDS], d[MAX_ROUNDS];
+	double a[MAX_ROUNDS], b[MAX_ROUNDS], c[MAX_ROUNDS], d[MAX_ROUNDS],
+		m[MAX_ROUNDS];
 	if (!ids)
 		die("out of memory");
 	struct fanout_engine *e = engine(&keep);
@@ -565,8 +618,11 @@ static void records(struct recs *out)
 		c[r] = list_page(w, 10);
 	}
 	fill(e, ids, 1000, big);
-	for (unsigned r = 0; r < rounds; r++)
+	for (unsigned r = 0; r < rounds; r++) {
 		d[r] = lookups(e, ids, big, dur(50));
+		m[r] = dram_read(dur(50));
+	}
+	out->dram = median(m, rounds);
 	out->lookup_1k = median(a, rounds);
 	out->list_keep = median(b, rounds);
 	out->list_async = median(c, rounds);
@@ -869,6 +925,10 @@ int main(int argc, char **argv)
 		"(max_async 2^20, 10 records)\n",
 		rc.lookup_1k, rc.lookup_big, rc.big / 1000, rc.list_keep / 1e3,
 		rc.list_async / 1e3);
+	fprintf(out,
+		"  DRAM random read (148 MiB, pointer chase): %.1f ns, the "
+		"floor of a lookup at 1M records\n",
+		rc.dram);
 	fprintf(out, "  python ThreadPoolExecutor, batch 64: %s\n",
 		npy ? "measured" : "python3 not available");
 
@@ -929,8 +989,9 @@ int main(int argc, char **argv)
 			 "fanout_lookup with %s records vs with 1k",
 			 quick ? "100k (--quick)" : "1M");
 		bar(rc.lookup_big <= 3 * rc.lookup_1k, what, "<= 3x",
-		    "%.2fx (%.1f ns vs %.1f ns)", rc.lookup_big / rc.lookup_1k,
-		    rc.lookup_big, rc.lookup_1k);
+		    "%.2fx (%.1f ns vs %.1f ns; one DRAM read %.1f ns)",
+		    rc.lookup_big / rc.lookup_1k, rc.lookup_big, rc.lookup_1k,
+		    rc.dram);
 	}
 	if (npy)
 		bar(m_fo[2] / m_py >= 200,

@@ -25,6 +25,16 @@
  *              the "parked" latency scenarios use (p50 of the samples): on
  *              a virtual machine an idle vCPU is descheduled by the host,
  *              and waking it costs more than waking one that just slept.
+ *   DRAM       one dependent random 64-byte read (a pointer chase through
+ *              the lines of a region in a random cyclic order) over a
+ *              region the size of the record table holding 1M finished
+ *              records (DRAM_REGION), once on 4 KiB pages (MADV_NOHUGEPAGE:
+ *              each read also misses the TLB, a two-level page walk on a
+ *              virtual machine) and once with MADV_HUGEPAGE (2 MiB pages
+ *              where the kernel gives them); and two such chases
+ *              interleaved, the time per pair: what two independent misses
+ *              cost when they overlap.  The floor of fanout_lookup() at 1M
+ *              records, whose table cannot fit any cache (bar 8).
  *
  * With one CPU the pinned pairs share it; the figures are then what that
  * machine can do, and still the reference for the ratios.
@@ -37,6 +47,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 struct pair {
 	void *(*fn_a)(void *);
@@ -250,8 +261,97 @@ static double run_pair(void *(*a)(void *), void *(*b)(void *), uint64_t iters,
 	return v;
 }
 
+/* ------------------------------------------------------------------ DRAM */
+
+/* The record table's footprint with 1M finished records: ~148 bytes a slot
+ * (lib/table.c: the slot's line pair, generation, free link). */
+#define DRAM_REGION ((size_t)148 << 20)
+#define DRAM_HUGE ((size_t)2 << 20)
+
+struct chase {
+	uint32_t *next; /* line i's first word: the index of the next line */
+	size_t nlines;
+};
+
+/* A 2 MiB-aligned anonymous region of DRAM_REGION bytes whose lines form
+ * one random cycle; @advice MADV_HUGEPAGE or MADV_NOHUGEPAGE. */
+static void chase_init(struct chase *c, int advice)
+{
+	size_t len = DRAM_REGION + DRAM_HUGE, n = DRAM_REGION / 64;
+	char *raw = mmap(NULL, len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (raw == MAP_FAILED)
+		bench_die("DRAM limit: mmap of %zu MiB failed", len >> 20);
+	char *base = (char *)(((uintptr_t)raw + DRAM_HUGE - 1) &
+			      ~(uintptr_t)(DRAM_HUGE - 1));
+	madvise(base, DRAM_REGION, advice); /* a hint: ignore failure */
+	uint32_t *perm = malloc(n * sizeof(*perm));
+	if (!perm)
+		bench_die("out of memory");
+	for (size_t i = 0; i < n; i++)
+		perm[i] = (uint32_t)i;
+	uint64_t rng = 0x9e3779b97f4a7c15ull;
+	for (size_t i = n - 1; i > 0; i--) { /* Sattolo: one cycle */
+		size_t j = bench_rand(&rng) % i;
+		uint32_t t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	c->next = (uint32_t *)(void *)base;
+	c->nlines = n;
+	for (size_t i = 0; i < n; i++)
+		c->next[(size_t)perm[i] * 16] = perm[(i + 1) % n];
+	free(perm);
+}
+
+/* ns per step of one chase (pair = false) or per step of two chases
+ * interleaved (pair = true), over @steps steps. */
+static double chase_run(const struct chase *c, uint64_t steps, bool pair)
+{
+	const volatile uint32_t *w = c->next;
+	uint32_t a = 0, b = (uint32_t)(c->nlines / 2);
+	uint64_t t0 = bench_now_ns();
+	if (pair) {
+		for (uint64_t i = 0; i < steps; i++) {
+			a = w[(size_t)a * 16];
+			b = w[(size_t)b * 16];
+		}
+	} else {
+		for (uint64_t i = 0; i < steps; i++)
+			a = w[(size_t)a * 16];
+	}
+	double ns = (double)(bench_now_ns() - t0) / (double)steps;
+	if (a == UINT32_MAX || b == UINT32_MAX)
+		bench_die("DRAM limit: chase broken");
+	return ns;
+}
+
+/* AnonHugePages of the mapping that holds @p, in KiB (/proc/self/smaps). */
+static long huge_kb(const void *p)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[256];
+	bool in = false;
+	long kb = -1;
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 &&
+		    strchr(line, '-') < strchr(line, ' ')) {
+			in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+			continue;
+		}
+		if (in && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
+			break;
+	}
+	fclose(f);
+	return kb;
+}
+
 double bench_limit_pingpong, bench_limit_ring, bench_limit_futex,
-	bench_limit_futex_idle, bench_limit_rt_p50, bench_limit_rt_p999;
+	bench_limit_futex_idle, bench_limit_rt_p50, bench_limit_rt_p999,
+	bench_limit_dram, bench_limit_dram_huge;
 
 /*
  * The limits are measured in two sets, at the start and at the end of the
@@ -260,9 +360,12 @@ double bench_limit_pingpong, bench_limit_ring, bench_limit_futex,
  */
 #define LIM_MAX_ROUNDS 128
 static double lim_pp[LIM_MAX_ROUNDS], lim_rg[LIM_MAX_ROUNDS],
-	lim_fx[LIM_MAX_ROUNDS];
+	lim_fx[LIM_MAX_ROUNDS], lim_d4[LIM_MAX_ROUNDS], lim_dh[LIM_MAX_ROUNDS],
+	lim_d2[LIM_MAX_ROUNDS];
 static unsigned lim_n;
 static struct bench_hist *lim_hi, *lim_rt;
+static struct chase lim_c4, lim_ch;
+static long lim_huge_kb = -1;
 
 void bench_limits(void)
 {
@@ -281,6 +384,14 @@ void bench_limits(void)
 	run_pair(pp_a, pp_b, npp / 10, false, PP_BLOCK);
 	run_pair(ring_prod, ring_cons, nrg / 10, true, RING_BLOCK);
 	run_pair(fx_a, fx_b, nfx / 10, false, 1);
+	uint64_t ndr = (uint64_t)(1000000 * bench_opt.scale) + 10000;
+	if (!lim_c4.next) {
+		chase_init(&lim_c4, MADV_NOHUGEPAGE);
+		chase_init(&lim_ch, MADV_HUGEPAGE);
+		lim_huge_kb = huge_kb(lim_ch.next);
+	}
+	chase_run(&lim_c4, ndr / 10, false);
+	chase_run(&lim_ch, ndr / 10, false);
 	for (unsigned r = 0; r < R && lim_n < LIM_MAX_ROUNDS; r++, lim_n++) {
 		lim_pp[lim_n] = run_pair(pp_a, pp_b, npp, false, PP_BLOCK);
 		lim_rg[lim_n] =
@@ -288,6 +399,9 @@ void bench_limits(void)
 		lim_fx[lim_n] = run_pair(fx_a, fx_b, nfx, false, 1);
 		run_pair_h(fxi_a, fx_b, nfi, false, 2000000, lim_hi);
 		run_pair_h(rt_a, pp_b, nrt, false, 0, lim_rt);
+		lim_d4[lim_n] = chase_run(&lim_c4, ndr, false);
+		lim_dh[lim_n] = chase_run(&lim_ch, ndr, false);
+		lim_d2[lim_n] = chase_run(&lim_c4, ndr / 2, true);
 	}
 	bench_limit_pingpong = bench_median(lim_pp, lim_n);
 	bench_limit_ring = bench_median(lim_rg, lim_n);
@@ -295,6 +409,8 @@ void bench_limits(void)
 	bench_limit_futex_idle = bench_hist_quantile(lim_hi, 0.5);
 	bench_limit_rt_p50 = bench_hist_quantile(lim_rt, 0.5);
 	bench_limit_rt_p999 = bench_hist_quantile(lim_rt, 0.999);
+	bench_limit_dram = bench_median(lim_d4, lim_n);
+	bench_limit_dram_huge = bench_median(lim_dh, lim_n);
 }
 
 void bench_limits_report(void)
@@ -314,6 +430,12 @@ void bench_limits_report(void)
 		      bench_limit_rt_p999, "ns", BENCH_LOWER);
 	bench_fig_add("limits", "futex wake RTT after 2 ms idle p50", "limit",
 		      bench_limit_futex_idle, "ns", BENCH_LOWER);
+	bench_fig_add("limits", "DRAM random read", "limit", bench_limit_dram,
+		      "ns", BENCH_LOWER);
+	bench_fig_add("limits", "DRAM random read, MADV_HUGEPAGE", "limit",
+		      bench_limit_dram_huge, "ns", BENCH_LOWER);
+	bench_fig_add("limits", "DRAM random read pair, overlapped", "limit",
+		      bench_median(lim_d2, n), "ns", BENCH_LOWER);
 	FILE *f = bench_opt.out;
 	fprintf(f,
 		"\n== physical limits (threads pinned to CPU %d and %d; per "
@@ -349,4 +471,20 @@ void bench_limits_report(void)
 		"%llu samples)\n",
 		bench_limit_futex_idle, bench_hist_quantile(lim_hi, 0.99),
 		(unsigned long long)lim_hi->count);
+	fprintf(f,
+		"  DRAM random read (%zu MiB, 4K)  %9.1f ns   (min %.1f, max "
+		"%.1f): one dependent 64-byte read\n",
+		DRAM_REGION >> 20, bench_limit_dram, bench_min(lim_d4, n),
+		bench_max(lim_d4, n));
+	fprintf(f,
+		"  DRAM random read, MADV_HUGEPAGE %9.1f ns   (min %.1f, max "
+		"%.1f; AnonHugePages %ld MiB of %zu)\n",
+		bench_limit_dram_huge, bench_min(lim_dh, n),
+		bench_max(lim_dh, n), lim_huge_kb < 0 ? -1 : lim_huge_kb >> 10,
+		DRAM_REGION >> 20);
+	fprintf(f,
+		"  two such reads overlapped (4K)  %9.1f ns   (min %.1f, max "
+		"%.1f): two chases interleaved, per pair\n",
+		bench_median(lim_d2, n), bench_min(lim_d2, n),
+		bench_max(lim_d2, n));
 }

@@ -232,6 +232,15 @@ static void compute_bars(void)
 	quot_bar("fanout_lookup with 1M records vs with 1k", "<= 3x",
 		 fig("records", "lookup 1000000", "fanout"),
 		 fig("records", "lookup 1000", "fanout"), 3.0, "ns", 1);
+	if (nbars && bench_limit_dram > 0) {
+		/* the floor: a lookup at 1M reads at least one line from DRAM
+		 * (bench/PROFILE.txt phase 7) */
+		struct bar *b = &bars[nbars - 1];
+		size_t len = strlen(b->measured);
+		snprintf(b->measured + len, sizeof(b->measured) - len,
+			 "; one DRAM random read %.4g ns (2M pages %.4g ns)",
+			 bench_limit_dram, bench_limit_dram_huge);
+	}
 	/* 9 */
 	{
 		struct bar *b = bar_new("no-op children/s, batch 64, fanout vs "
@@ -329,6 +338,10 @@ void bench_report_json(FILE *f)
 	json_num(f, bench_limit_futex ? bench_limit_futex : NAN);
 	fputs(", \"futex_rtt_idle_p50_ns\": ", f);
 	json_num(f, bench_limit_futex_idle ? bench_limit_futex_idle : NAN);
+	fputs(", \"dram_random_read_ns\": ", f);
+	json_num(f, bench_limit_dram ? bench_limit_dram : NAN);
+	fputs(", \"dram_random_read_hugepage_ns\": ", f);
+	json_num(f, bench_limit_dram_huge ? bench_limit_dram_huge : NAN);
 	fputs("},\n  \"figures\": [\n", f);
 	for (size_t i = 0; i < bench_fig_count(); i++) {
 		const struct bench_fig *g = bench_fig_at(i);

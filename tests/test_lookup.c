@@ -447,6 +447,71 @@ static void lookup_long_key_keeps_record(void **state)
 	finished_snapshot_survives_event_free(key, false);
 }
 
+/*
+ * Enough records to fill several of the table's 2 MiB regions (lib/table.c:
+ * 14 chunks of 1024 slots each), so that lookups land on either side of
+ * region and chunk boundaries, in regions on huge pages: each finds its
+ * own record (tomb, or whole record for a key too long for a tomb) with
+ * its own user pointer and key; an id with another generation in the
+ * same slot misses; one listing sees them all.  Slots of different chunks
+ * sharing memory would show as another record's fields here.
+ */
+static int nothing(struct fanout_child *c, void *arg)
+{
+	(void)c;
+	(void)arg;
+	return 0;
+}
+
+static void lookup_across_regions(void **state)
+{
+	enum { N = 45000 };
+	struct fanout_engine *e = NEW_ENGINE(.workers = 1, .keep_completed = N,
+					     .flags = FANOUT_NO_PIN);
+	struct fanout_task t = {"r", nothing, NULL};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	fanout_id *ids = malloc(N * sizeof(*ids));
+	char longkey[80], key[16];
+	struct fanout_info info;
+	size_t n = 0;
+
+	assert_non_null(ids);
+	memset(longkey, 'q', sizeof(longkey) - 1);
+	longkey[sizeof(longkey) - 1] = '\0';
+	for (unsigned i = 0; i < N; i++) {
+		struct fanout_event *ev = NULL;
+
+		snprintf(key, sizeof(key), "k%u", i);
+		b.user = (void *)(uintptr_t)(i + 1);
+		b.session_key = i % 5 == 0 ? longkey : i % 5 == 1 ? NULL : key;
+		assert_int_equal(fanout_run(e, &b, &ev), 0);
+		ids[i] = ev->id;
+		fanout_event_free(ev);
+	}
+	for (unsigned i = 0; i < N; i++) {
+		assert_int_equal(fanout_lookup(e, ids[i], &info), 0);
+		assert_true(info.id == ids[i]);
+		assert_ptr_equal(info.user, (void *)(uintptr_t)(i + 1));
+		assert_int_equal(info.status, FANOUT_COMPLETED);
+		assert_int_equal(info.ntasks, 1);
+		if (i % 5 == 1) {
+			assert_null(info.session_key);
+		} else if (i % 5 == 0) {
+			assert_string_equal(info.session_key, longkey);
+		} else {
+			snprintf(key, sizeof(key), "k%u", i);
+			assert_string_equal(info.session_key, key);
+		}
+		/* Same slot, another generation (bits above the slot's 24). */
+		assert_int_equal(fanout_lookup(e, ids[i] ^ (1ull << 30), &info),
+				 -ENOENT);
+	}
+	assert_int_equal(fanout_list(e, NULL, 0, &n), 0);
+	assert_int_equal(n, N);
+	free(ids);
+	fanout_destroy(e);
+}
+
 /* A child looks up its own (synchronous, possibly nested) delegation. */
 struct selfcheck {
 	struct fanout_engine *e;
@@ -595,6 +660,7 @@ int main(void)
 		TC(lookup_tomb_background),
 		TC(lookup_tomb_run),
 		TC(lookup_long_key_keeps_record),
+		TC(lookup_across_regions),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
