@@ -107,8 +107,8 @@ static struct reader *get_reader(void)
 	/* acquire: the slots pushed before (their `next`). */
 	for (r = atomic_load_explicit(&readers, memory_order_acquire); r;
 	     r = r->next) {
-		/* acquire: pairs with the release store of the slot's last
-		 * owner at its exit. */
+		/* relaxed: a look, the CAS decides; its acquire pairs with
+		 * the release store of the slot's last owner at its exit. */
 		if (!atomic_load_explicit(&r->in_use, memory_order_relaxed) &&
 		    atomic_compare_exchange_strong_explicit(
 			    &r->in_use, &zero, 1, memory_order_acquire,
@@ -121,6 +121,7 @@ static struct reader *get_reader(void)
 		return NULL;
 	atomic_init(&r->state, 0);
 	atomic_init(&r->in_use, 1);
+	/* relaxed: a first guess; the CAS below re-reads it. */
 	r->next = atomic_load_explicit(&readers, memory_order_relaxed);
 	/* release: publishes the slot's initialisation and `next`. */
 	while (!atomic_compare_exchange_weak_explicit(&readers, &r->next, r,
@@ -130,6 +131,7 @@ static struct reader *get_reader(void)
 own:
 	r->nest = 0;
 	if (pthread_setspecific(exit_key, r)) {
+		/* release: as at a thread's exit (on_thread_exit). */
 		atomic_store_explicit(&r->in_use, 0, memory_order_release);
 		return NULL;
 	}
@@ -197,6 +199,7 @@ uint64_t fanout__epoch_tag(void)
 {
 	/* F_w: after the unlinks of what is being tagged; pairs with F_r. */
 	atomic_thread_fence(memory_order_seq_cst);
+	/* relaxed: F_w above orders it after the unlinks. */
 	return atomic_load_explicit(&epoch, memory_order_relaxed);
 }
 
@@ -209,6 +212,7 @@ static uint64_t advance(void)
 
 	/* F_a: pairs with the readers' F_r. */
 	atomic_thread_fence(memory_order_seq_cst);
+	/* acquire: pairs with an anonymous reader's release decrement. */
 	if (atomic_load_explicit(&anon, memory_order_acquire))
 		return g;
 	/* acquire: the slots' initialisation (get_reader's release). */
@@ -244,7 +248,7 @@ void fanout__epoch_fork_child(void)
 {
 	struct reader *r;
 
-	/* relaxed: the child has one thread. */
+	/* relaxed, here and below: the child has one thread. */
 	atomic_store_explicit(&anon, tls_anon ? 1 : 0, memory_order_relaxed);
 	for (r = atomic_load_explicit(&readers, memory_order_relaxed); r;
 	     r = r->next) {
