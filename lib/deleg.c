@@ -89,22 +89,29 @@ static int check_batch(struct fanout_engine *e, const struct fanout_batch *b,
 		       unsigned *depth, struct origin *o, size_t *goals)
 {
 	const struct fanout_task *t = b->tasks;
-	bool copy = !(b->flags & FANOUT_BORROW_TASKS);
 	const char *prev = NULL;
+	uintptr_t any_goal = 0;
 	size_t bytes = 0;
 	unsigned i;
+	bool bad = false;
 	int err;
 
 	if (!b->tasks || !b->ntasks || (b->flags & ~FANOUT_BORROW_TASKS))
 		return -EINVAL;
 	if (b->ntasks > e->cfg.max_tasks)
 		return -E2BIG;
-	for (i = 0; i < b->ntasks; i++) {
-		if (!t[i].fn)
-			return -EINVAL;
-		/* The same rule as the copy's: a goal that repeats the one
-		 * before it shares its copy. */
-		if (copy && t[i].goal && t[i].goal != prev) {
+	for (i = 0; i < b->ntasks; i++) { /* no branch per task */
+		bad |= !t[i].fn;
+		any_goal |= (uintptr_t)t[i].goal;
+	}
+	if (bad)
+		return -EINVAL;
+	/* The same rule as the copy's: a goal that repeats the one before
+	 * it shares its copy. */
+	for (i = 0;
+	     any_goal && !(b->flags & FANOUT_BORROW_TASKS) && i < b->ntasks;
+	     i++) {
+		if (t[i].goal && t[i].goal != prev) {
 			prev = t[i].goal;
 			bytes += strlen(prev) + 1;
 		}
