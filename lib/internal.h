@@ -222,10 +222,7 @@ struct record {
 	bool done_cancelled; /* F: ev.cancelled */
 
 	struct fanout_event ev __attribute__((aligned(CACHELINE))); /* F */
-	/* C; then tasks[], then strings.  Line-aligned, so that runners of
-	 * neighbouring chunks (multiples of 8 children: 7 lines) share no
-	 * line of them. */
-	struct fanout_result results[] __attribute__((aligned(CACHELINE)));
+	struct fanout_result results[]; /* C; then tasks[], then strings */
 };
 
 struct fanout_sink {
