@@ -29,6 +29,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <string.h>
 
 static int reject(struct fanout_engine *e, int err)
 {
@@ -82,19 +83,40 @@ static void origin_put(struct origin *o)
 		fanout__rec_put(o->parent, 1);
 }
 
+/* Check @b and size its goal copies (*goals: bytes, see
+ * fanout__rec_alloc) in one pass over the caller's tasks. */
 static int check_batch(struct fanout_engine *e, const struct fanout_batch *b,
-		       unsigned *depth, struct origin *o)
+		       unsigned *depth, struct origin *o, size_t *goals)
 {
+	const struct fanout_task *t = b->tasks;
+	const char *prev = NULL;
+	uintptr_t any_goal = 0;
+	size_t bytes = 0;
 	unsigned i;
+	bool bad = false;
 	int err;
 
 	if (!b->tasks || !b->ntasks || (b->flags & ~FANOUT_BORROW_TASKS))
 		return -EINVAL;
 	if (b->ntasks > e->cfg.max_tasks)
 		return -E2BIG;
-	for (i = 0; i < b->ntasks; i++)
-		if (!b->tasks[i].fn)
-			return -EINVAL;
+	for (i = 0; i < b->ntasks; i++) { /* no branch per task */
+		bad |= !t[i].fn;
+		any_goal |= (uintptr_t)t[i].goal;
+	}
+	if (bad)
+		return -EINVAL;
+	/* The same rule as the copy's: a goal that repeats the one before
+	 * it shares its copy. */
+	for (i = 0;
+	     any_goal && !(b->flags & FANOUT_BORROW_TASKS) && i < b->ntasks;
+	     i++) {
+		if (t[i].goal && t[i].goal != prev) {
+			prev = t[i].goal;
+			bytes += strlen(prev) + 1;
+		}
+	}
+	*goals = bytes;
 	if (b->join > FANOUT_JOIN_QUORUM ||
 	    (b->join == FANOUT_JOIN_QUORUM ?
 		     !b->quorum || b->quorum > b->ntasks :
@@ -194,6 +216,7 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	struct record *rec;
 	unsigned depth, want, got;
 	struct origin o;
+	size_t goals;
 	fanout_id id;
 	int err;
 
@@ -203,7 +226,7 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 		return -EOWNERDEAD; /* fork.c; not counted: nothing changes */
 	if (b->sink && b->sink->e != e)
 		return reject(e, -EINVAL);
-	err = check_batch(e, b, &depth, &o);
+	err = check_batch(e, b, &depth, &o, &goals);
 	if (err)
 		return reject(e, err);
 	err = enter(e);
@@ -233,7 +256,7 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 		err = -EBUSY;
 		goto out_async;
 	}
-	rec = fanout__rec_alloc(e, b, depth, true, got);
+	rec = fanout__rec_alloc(e, b, depth, true, got, goals);
 	if (!rec) {
 		err = -ENOMEM;
 		goto out_credits;
@@ -312,13 +335,14 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	struct record *rec;
 	unsigned depth, want, extra;
 	struct origin o;
+	size_t goals;
 	int err, slot;
 
 	if (!e || !b || !evp)
 		return e ? reject(e, -EINVAL) : -EINVAL;
 	if (fanout__inherited(e->fork_gen))
 		return -EOWNERDEAD; /* fork.c; not counted: nothing changes */
-	err = check_batch(e, b, &depth, &o);
+	err = check_batch(e, b, &depth, &o, &goals);
 	if (err)
 		return reject(e, err);
 	err = enter(e);
@@ -334,7 +358,7 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 						 e->cfg.max_children;
 	want = want > e->max_tokens ? e->max_tokens : want;
 	extra = want - 1;
-	rec = fanout__rec_alloc(e, b, depth, false, want);
+	rec = fanout__rec_alloc(e, b, depth, false, want, goals);
 	if (!rec) {
 		fanout__active_put(e, 2);
 		origin_put(&o);

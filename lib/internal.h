@@ -201,6 +201,11 @@ struct record {
 	/* A: a child set a string of its own (set once, never cleared), so
 	 * the free must visit the result slots; see rec_free_rcu(). */
 	_Atomic bool strings;
+	/* A: some child did not simply complete at no cost (an error, an
+	 * interrupt, a skip, a cost): set once, never cleared, before the
+	 * setter's release on `remaining`.  While it is clear the finaliser
+	 * knows the counts without reading a result slot (finalise()). */
+	_Atomic bool irregular;
 	/* Deferred children (pending.c, join.c) and the QUORUM count: in the
 	 * zeroed head, written only by records whose children defer or that
 	 * have a join policy, so an ordinary dispatch writes no extra line. */
@@ -323,7 +328,8 @@ struct fanout_engine {
 /* record.c */
 struct record *fanout__rec_alloc(struct fanout_engine *e,
 				 const struct fanout_batch *b, unsigned depth,
-				 bool background, unsigned nrunners);
+				 bool background, unsigned nrunners,
+				 size_t goals);
 void fanout__rec_put(struct record *rec, uint32_t n);
 void fanout__rec_flush(struct fanout_engine *e);
 void fanout__limbo_drain(void);
@@ -471,6 +477,18 @@ static inline uint64_t fanout__child_ns(const struct record *rec, uint64_t t0)
 	return fq_cycles_to_ns(fq_cycles() - t0);
 }
 
+/* A child of @rec finished other than COMPLETED at no cost: the finaliser
+ * must read the result slots (see `irregular`).  relaxed: read by the
+ * finaliser after the join's acquire, which every finisher's release
+ * subtraction orders this store before; loaded first so that only the
+ * first such child writes the line. */
+static inline void fanout__mark_irregular(struct record *rec)
+{
+	if (!atomic_load_explicit(&rec->irregular, memory_order_relaxed))
+		atomic_store_explicit(&rec->irregular, true,
+				      memory_order_relaxed);
+}
+
 /* Add a finished child's cost to the record's running sum (lookup). */
 static inline void fanout__cost_add(struct record *rec, double x)
 {
@@ -478,6 +496,7 @@ static inline void fanout__cost_add(struct record *rec, double x)
 
 	if (x == 0)
 		return;
+	fanout__mark_irregular(rec);
 	old = atomic_load_explicit(&rec->cost_bits, memory_order_relaxed);
 	/* relaxed: a running sum for lookup only; the event's cost is
 	 * recomputed from the slots after the join's acquire. */

@@ -98,6 +98,7 @@ static void abandon(struct fanout_pending *p, uint32_t cancel)
 	}
 	r->code = fanout__interrupt_code(cancel);
 	r->status = FANOUT_INTERRUPTED;
+	fanout__mark_irregular(rec);
 	r->error = cancel & CANCEL_TIMEDOUT ?
 			   "abandoned: the delegation's deadline passed" :
 			   "abandoned: the delegation was interrupted";

@@ -336,10 +336,14 @@ static char *copy_str(char **area, const char *s, size_t n)
 }
 
 /* The one allocation of a delegation: record + results + tasks + strings;
- * with FANOUT_BORROW_TASKS, the tasks and goals stay the caller's. */
+ * with FANOUT_BORROW_TASKS, the tasks and goals stay the caller's.
+ * @goals: the bytes of the goal copies, as check_batch() (deleg.c) sized
+ * them: a goal equal (same pointer) to the one before it shares its copy;
+ * 0 when every goal is NULL (or the tasks are borrowed). */
 struct record *fanout__rec_alloc(struct fanout_engine *e,
 				 const struct fanout_batch *b, unsigned depth,
-				 bool background, unsigned nrunners)
+				 bool background, unsigned nrunners,
+				 size_t goals)
 {
 	/* Head fields the memset below leaves 0/NULL/false: pendings,
 	 * deferring, npending, places, parked, ncompleted, has_kids,
@@ -347,7 +351,8 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	struct fanout_child *cur = fanout__current();
 	bool borrow = b->flags & FANOUT_BORROW_TASKS;
 	unsigned n = b->ntasks, ntask_slots = borrow ? 0 : b->ntasks, i;
-	size_t strings = str_size(b->context) + str_size(b->session_key);
+	size_t strings =
+		goals + str_size(b->context) + str_size(b->session_key);
 	size_t head = sizeof(struct record) + n * sizeof(struct fanout_result);
 	size_t size;
 	struct fanout_task *slots;
@@ -355,8 +360,6 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	bool fault;
 	char *area;
 
-	for (i = 0; i < ntask_slots; i++)
-		strings += b->tasks[i].goal ? strlen(b->tasks[i].goal) + 1 : 0;
 	head = (head + CACHELINE - 1) & ~(size_t)(CACHELINE - 1);
 	head += nrunners * sizeof(struct progress_slot);
 	size = head + ntask_slots * sizeof(struct fanout_task) + n + strings;
@@ -392,13 +395,26 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	rec->owned = (uint8_t *)(slots + ntask_slots);
 	memset(rec->owned, 0, n);
 	area = (char *)rec->owned + n;
-	for (i = 0; i < ntask_slots; i++) {
-		const char *g = b->tasks[i].goal;
+	/* The tasks in one copy, then their goals pointed at copies of
+	 * their own.  A NULL goal stays NULL (the runners report it as "",
+	 * as for borrowed tasks), so a batch without goals is one memcpy. */
+	if (ntask_slots)
+		memcpy(slots, b->tasks, ntask_slots * sizeof(*slots));
+	if (goals) {
+		const char *prev = NULL, *copy = NULL;
 
-		slots[i].fn = b->tasks[i].fn;
-		slots[i].arg = b->tasks[i].arg;
-		/* A NULL goal shares one static "" instead of a copy. */
-		slots[i].goal = g ? copy_str(&area, g, strlen(g) + 1) : "";
+		for (i = 0; i < ntask_slots; i++) {
+			const char *g = slots[i].goal;
+
+			if (!g)
+				continue;
+			if (g != prev) { /* the rule of check_batch() */
+				prev = g;
+				copy = area;
+				area = stpcpy(area, g) + 1;
+			}
+			slots[i].goal = copy;
+		}
 	}
 	rec->context = copy_str(&area, b->context, str_size(b->context));
 	rec->session_key =
@@ -410,6 +426,7 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	atomic_init(&rec->remaining, n);
 	atomic_init(&rec->cancel, 0);
 	atomic_init(&rec->strings, false);
+	atomic_init(&rec->irregular, false);
 	atomic_init(&rec->state, REC_RUNNING);
 	atomic_init(&rec->done_word, 0);
 	atomic_init(&rec->cost_bits, 0);

@@ -19,10 +19,8 @@
 #include <stdbool.h>
 #include <time.h>
 
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef FQ_HAVE_TSC
 #include <cpuid.h>
-#include <x86intrin.h>
-#define HAVE_TSC 1
 #endif
 
 uint64_t fq_now_ns(void)
@@ -34,10 +32,10 @@ uint64_t fq_now_ns(void)
 }
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static bool use_tsc;
-static uint64_t mult; /* ns per tick, 32.32 fixed point */
+bool fq__clock_tsc;
+uint64_t fq__clock_mult;
 
-#ifdef HAVE_TSC
+#ifdef FQ_HAVE_TSC
 static bool invariant_tsc(void)
 {
 	unsigned a, b, c, d;
@@ -51,7 +49,7 @@ static bool invariant_tsc(void)
 
 static void calibrate(void)
 {
-#ifdef HAVE_TSC
+#ifdef FQ_HAVE_TSC
 	uint64_t t0, t1, c0, c1;
 
 	if (!invariant_tsc())
@@ -64,28 +62,13 @@ static void calibrate(void)
 	c1 = __rdtsc();
 	if (c1 <= c0)
 		return;
-	mult = (uint64_t)(((unsigned __int128)(t1 - t0) << 32) / (c1 - c0));
-	use_tsc = mult != 0;
+	fq__clock_mult =
+		(uint64_t)(((unsigned __int128)(t1 - t0) << 32) / (c1 - c0));
+	fq__clock_tsc = fq__clock_mult != 0;
 #endif
 }
 
 void fq_clock_init(void)
 {
 	pthread_once(&once, calibrate);
-}
-
-uint64_t fq_cycles(void)
-{
-#ifdef HAVE_TSC
-	if (use_tsc)
-		return __rdtsc();
-#endif
-	return fq_now_ns();
-}
-
-uint64_t fq_cycles_to_ns(uint64_t d)
-{
-	if (!use_tsc)
-		return d;
-	return (uint64_t)(((unsigned __int128)d * mult) >> 32);
 }
