@@ -13,12 +13,7 @@
  * skipped.  Lookup is one index and one compare: no hashing.
  *
  * Slots.  Chunks of CHUNK slots are allocated as needed and never freed
- * before the table is destroyed, so a slot's memory is always valid.  A
- * chunk is carved out of a 2 MiB-aligned anonymous region of 2 MiB that
- * holds PER_REGION chunks (see "Memory"); chunks are installed one at a
- * time, in order (a grower installs chunk nchunks, and the next one can
- * start only after it published nchunks + 1), so chunk n's region was
- * mapped by the grower of its first chunk.
+ * before the table is destroyed, so a slot's memory is always valid.
  * Free slots sit on a Treiber stack whose head carries a tag bumped by
  * every push and pop (no ABA).  A dispatch pops a slot before its record
  * is visible (table_reserve, which may fail with -ENOMEM: the dispatch is
@@ -44,10 +39,9 @@
  * load saw state == FINISHED, which pairs with the finaliser's release
  * store made after it wrote them.
  *
- * Tombs.  Each slot has a tomb around its pointer: the slot is two
- * lines, the pointer and a fixed-size summary of a finished record (what
- * fanout_info shows) on the first, the session key if it fits on the
- * second.  The finaliser writes its slot's tomb BEFORE publishing the
+ * Tombs.  Each slot has a tomb beside it in its chunk: a fixed-size
+ * summary of a finished record (what fanout_info shows, the session key
+ * if it fits).  The finaliser writes its slot's tomb BEFORE publishing the
  * event (fanout__table_tomb).  Once the event is freed, the record is
  * needed only for lookup and list, so fanout_event_free() swaps the
  * slot's pointer from the record to the tagged tomb (CAS: it succeeds
@@ -59,10 +53,7 @@
  * its slot, after the slot was evicted and handed out again, so a reader
  * that races with that write reads a torn tomb: the tomb's sequence
  * count (odd while written) and its id, both checked after the copy, make
- * the reader retry or miss (the id it looked for is gone).  The tagged
- * pointer only ever names its own slot's tomb, so a lookup of a finished
- * record reads one line: its slot's first (the pointer, then the summary
- * beside it, with no second address to wait for).
+ * the reader retry or miss (the id it looked for is gone).
  *
  * Pruning.  Finished records are kept in `kept`, a ring of keep_completed
  * slots indexed by finish_seq mod K, holding their tombs (stable memory:
@@ -77,22 +68,12 @@
  * hands the table's reference to the evicter if the pointer was still the
  * record (the swap to the tomb dropped it otherwise: one RMW order on the
  * slot decides), then pushing the slot back.
- *
- * Memory.  With a million records the table is ~140 MB: a lookup's line
- * is a DRAM miss, and on 4 KiB pages a TLB miss too (a two-level walk on a
- * virtual machine).  So regions after the first are madvise(MADV_HUGEPAGE)
- * (a hint: THP in "madvise" mode backs them with 2 MiB pages), and the
- * first is left on small pages, so that a small engine commits only the
- * chunks it touched (~140 KB each), as a heap allocation would.
  */
 #include "internal.h"
 
-#include <assert.h>
 #include <errno.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -114,26 +95,19 @@ int fanout__rcu_token;
 #define TOMB_CANCELLED 0x20000u
 #define TOMB_HAS_KEY 0x80000u /* key[] holds the session key */
 #define TOMB_DEPTH 0xffffu
-#define TOMB_STATUS_SHIFT 24 /* enum fanout_status in the top byte */
 
-/* A slot: its pointer and its tomb (see "Tombs").  Only `rec` is the
- * slot's; the rest is the tomb, written under `seq`. */
 struct fanout_tomb {
-	/* What a lookup reads: one line, the pointer first. */
-	_Atomic(struct record *) rec; /* A: record or tagged tomb (this one) */
-	_Atomic uint32_t seq;	      /* A: odd while the owner writes */
-	_Atomic uint32_t flags;	      /* depth | TOMB_* | status << 24 */
+	/* What a lookup reads: one line. */
+	_Atomic uint32_t seq;	/* A: odd while the owner writes */
+	_Atomic uint32_t flags; /* depth | TOMB_* */
 	_Atomic uint64_t id, dispatched_ns, completed_ns, cost;
 	_Atomic(void *) user;
-	_Atomic uint32_t ntasks, npending;
+	_Atomic uint32_t ntasks, status, npending;
 	/* The kept ring's and the session key (read only if there is one). */
 	uint32_t slot __attribute__((aligned(CACHELINE))); /* I */
 	_Atomic uint64_t finish_seq;
 	_Atomic uint64_t key[TOMB_KEY / 8];
 } __attribute__((aligned(CACHELINE)));
-
-_Static_assert(offsetof(struct fanout_tomb, slot) == CACHELINE,
-	       "what a lookup reads fits the slot's first line");
 
 /* Whether @rec's session key (if any) fits in a tomb. */
 static bool key_fits(const struct record *rec)
@@ -148,26 +122,13 @@ static bool key_fits(const struct record *rec)
 	((struct fanout_tomb *)((uintptr_t)(p) & ~(uintptr_t)TOMB_TAG))
 
 struct slot_chunk {
-	struct fanout_tomb tomb[CHUNK]; /* the slots */
 	/* A: bit i set while slot i holds a record (list walks these). */
 	_Atomic uint64_t used[CHUNK / 64];
-	_Atomic uint64_t gen[CHUNK];  /* A: bumped per hand-out */
-	_Atomic uint32_t next[CHUNK]; /* A: free stack link, idx+1 */
+	_Atomic(struct record *) rec[CHUNK]; /* A: record or tagged tomb */
+	_Atomic uint64_t gen[CHUNK];	     /* A: bumped per hand-out */
+	_Atomic uint32_t next[CHUNK];	     /* A: free stack link, idx+1 */
+	struct fanout_tomb tomb[CHUNK];
 };
-
-/* Chunks come from 2 MiB-aligned regions of 2 MiB ("Memory"), one line
- * more than a chunk apart: a lookup reads the first line of a 128-byte
- * slot, so with an even number of lines between chunks every lookup line
- * of a region would sit in the even cache sets (within a 2 MiB page the
- * set index bits are the virtual address's), and the 14 chunks of each
- * region in the same sets as every other region's.  An odd stride puts
- * every other chunk's slots in the odd sets.  (callgrind, 16 MiB 16-way
- * last level, 100k records: 0.25 -> 0.19 misses per lookup.) */
-#define REGION ((size_t)2 << 20)
-#define CHUNK_STRIDE (sizeof(struct slot_chunk) + CACHELINE)
-#define PER_REGION ((uint32_t)(REGION / CHUNK_STRIDE))
-_Static_assert(REGION / CHUNK_STRIDE >= 1, "a chunk fits");
-_Static_assert(CHUNK_STRIDE / CACHELINE % 2 == 1, "odd stride in lines");
 
 struct fanout_table {
 	/* Read by every lookup and event free: apart from free_head, which
@@ -219,8 +180,7 @@ int fanout__table_init(struct fanout_engine *e)
 
 static struct slot_chunk *chunk_of(struct fanout_table *t, uint32_t slot)
 {
-	/* acquire: pairs with the CAS that installed the chunk (its contents
-	 * are ordered by nchunks' release store, or the free stack's). */
+	/* acquire: pairs with the release CAS that installed the chunk. */
 	return atomic_load_explicit(&t->chunk[slot >> CHUNK_SHIFT],
 				    memory_order_acquire);
 }
@@ -253,72 +213,37 @@ static void free_push(struct fanout_table *t, uint32_t first, uint32_t last)
 							memory_order_relaxed));
 }
 
-/* A zeroed 2 MiB region aligned to 2 MiB, on huge pages if @huge and the
- * kernel agrees; NULL if the memory is not there.  Counts as an allocation
- * for fault injection. */
-static void *region_map(bool huge)
-{
-	char *p, *a;
-
-	if (fanout__alloc_fault())
-		return NULL;
-	p = mmap(NULL, 2 * REGION, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		return NULL;
-	a = (char *)(((uintptr_t)p + REGION - 1) & ~(uintptr_t)(REGION - 1));
-	if (a > p)
-		munmap(p, (size_t)(a - p));
-	munmap(a + REGION, (size_t)(p + 2 * REGION - (a + REGION)));
-	if (huge)
-		madvise(a, REGION, MADV_HUGEPAGE); /* a hint: failure is fine */
-	return a;
-}
-
 /* A new chunk: slot 0 for the caller, the rest onto the free stack. */
 static int grow(struct fanout_table *t, uint32_t *slot)
 {
 	uint32_t n = atomic_load_explicit(&t->nchunks, memory_order_acquire);
-	uint32_t k = n % PER_REGION, base, i;
 	struct slot_chunk *c, *none = NULL;
+	uint32_t base, i;
 
 	if (n >= MAX_CHUNKS)
 		return -ENOMEM;
-	if (!k) {
-		c = region_map(n > 0);
-		if (!c)
-			return -ENOMEM;
-	} else {
-		/* Chunk n - k, installed before nchunks passed it (our
-		 * acquire above), starts chunk n's region: never used, so
-		 * zero. */
-		char *r = (char *)atomic_load_explicit(&t->chunk[n - k],
-						       memory_order_relaxed);
-
-		c = (struct slot_chunk *)(void *)(r + k * CHUNK_STRIDE);
-	}
-	/* acq_rel: claims chunk n; the chunk's contents are published by
-	 * the release store of nchunks below, before which no one reads
-	 * them (lookups test nchunks first, slots reach the free stack
-	 * after it).  acquire on failure: another grower's chunk n. */
+	c = fanout__alloc(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	memset(c, 0, sizeof(*c));
+	base = n << CHUNK_SHIFT;
+	for (i = 1; i + 1 < CHUNK; i++)
+		atomic_init(&c->next[i], base + i + 2);
+	for (i = 0; i < CHUNK; i++)
+		c->tomb[i].slot = base + i;
+	/* release: the zeroed chunk is seen by whoever loads the pointer;
+	 * acquire on failure: another grower's chunk n is installed. */
 	if (!atomic_compare_exchange_strong_explicit(&t->chunk[n], &none, c,
-						     memory_order_acq_rel,
+						     memory_order_release,
 						     memory_order_acquire)) {
-		if (!k)
-			munmap(c, REGION);
+		fanout__free(c, sizeof(*c));
 		/* Wait for the winner to publish the count; then pop. */
 		while (atomic_load_explicit(&t->nchunks,
 					    memory_order_acquire) == n)
 			fq_spin_relax(0);
 		return 1;
 	}
-	base = n << CHUNK_SHIFT;
-	for (i = 1; i + 1 < CHUNK; i++)
-		atomic_init(&c->next[i], base + i + 2);
-	for (i = 0; i < CHUNK; i++)
-		c->tomb[i].slot = base + i;
-	/* release: pairs with the walkers' and lookups' acquire of nchunks;
-	 * the chunk's links and slot numbers above are seen with it. */
+	/* release: pairs with the walkers' acquire of nchunks. */
 	atomic_store_explicit(&t->nchunks, n + 1, memory_order_release);
 	free_push(t, base + 1, base + CHUNK - 1);
 	*slot = base;
@@ -378,41 +303,32 @@ void fanout__table_insert(struct fanout_engine *e, struct record *rec)
 
 	FQ_HANDOFF_RELEASE(rec);
 	/* release: a reader that loads the pointer sees the record. */
-	atomic_store_explicit(&c->tomb[i].rec, rec, memory_order_release);
+	atomic_store_explicit(&c->rec[i], rec, memory_order_release);
 	/* release: a walker that sees the bit sees the pointer. */
 	atomic_fetch_or_explicit(&c->used[i / 64], 1ull << (i % 64),
 				 memory_order_release);
 }
 
 /* What @id's slot holds now: a record, a tagged tomb or NULL (also for an
- * id whose chunk was never allocated); *@tbp = the slot's tomb, which a
- * tagged pointer names (its address is computed, not loaded: the tomb's
- * fields share the pointer's line).  Caller holds the read lock. */
-static inline __attribute__((always_inline)) struct record *
-slot_load(struct fanout_engine *e, fanout_id id, struct fanout_tomb **tbp)
+ * id whose chunk was never allocated).  Caller holds the read lock. */
+static struct record *slot_load(struct fanout_engine *e, fanout_id id)
 {
 	struct fanout_table *t = e->table;
 	uint32_t slot = slot_of(e, id);
-	struct fanout_tomb *tb;
-	struct record *p;
 
 	if ((slot >> CHUNK_SHIFT) >=
 	    atomic_load_explicit(&t->nchunks, memory_order_acquire))
 		return NULL;
-	tb = &chunk_of(t, slot)->tomb[slot & (CHUNK - 1)];
 	/* acquire: pairs with the release store in insert, or with the
 	 * release CAS that put a tomb there (fanout__table_compact). */
-	p = atomic_load_explicit(&tb->rec, memory_order_acquire);
-	assert(!IS_TOMB(p) || TOMB_OF(p) == tb);
-	*tbp = tb;
-	return p;
+	return atomic_load_explicit(&chunk_of(t, slot)->rec[slot & (CHUNK - 1)],
+				    memory_order_acquire);
 }
 
 /* Caller holds the read lock; the result is valid until it unlocks. */
 struct record *fanout__table_find(struct fanout_engine *e, fanout_id id)
 {
-	struct fanout_tomb *tb;
-	struct record *rec = slot_load(e, id, &tb);
+	struct record *rec = slot_load(e, id);
 
 	if (!rec || IS_TOMB(rec))
 		return NULL; /* a tomb: finished, its block gone */
@@ -440,6 +356,8 @@ static bool read_tomb(const struct fanout_tomb *tb, fanout_id id,
 	info->id = atomic_load_explicit(&tb->id, memory_order_relaxed);
 	info->ntasks = atomic_load_explicit(&tb->ntasks, memory_order_relaxed);
 	info->ndone = info->ntasks;
+	info->status = (enum fanout_status)atomic_load_explicit(
+		&tb->status, memory_order_relaxed);
 	info->dispatched_ns =
 		atomic_load_explicit(&tb->dispatched_ns, memory_order_relaxed);
 	info->completed_ns =
@@ -458,7 +376,6 @@ static bool read_tomb(const struct fanout_tomb *tb, fanout_id id,
 	}
 	if (id && info->id != id)
 		return false;
-	info->status = (enum fanout_status)(flags >> TOMB_STATUS_SHIFT);
 	info->depth = flags & TOMB_DEPTH;
 	info->background = (flags & TOMB_BG) != 0;
 	info->cancelled = (flags & TOMB_CANCELLED) != 0;
@@ -476,15 +393,14 @@ static bool read_tomb(const struct fanout_tomb *tb, fanout_id id,
 bool fanout__table_finished(struct fanout_engine *e, fanout_id id)
 {
 	struct fanout_info info;
-	struct fanout_tomb *tb;
 	struct record *p;
 	bool retry;
 
 	do {
-		p = slot_load(e, id, &tb);
+		p = slot_load(e, id);
 		if (!IS_TOMB(p))
 			return false;
-	} while (!read_tomb(tb, id, &info, &retry) && retry);
+	} while (!read_tomb(TOMB_OF(p), id, &info, &retry) && retry);
 	return !retry && info.id == id;
 }
 
@@ -499,7 +415,7 @@ static void evict(struct fanout_engine *e, uint32_t slot)
 	/* acq_rel: one RMW order with fanout__table_compact()'s CAS decides
 	 * who drops the table's reference ("Tombs"); readers are protected
 	 * by RCU, not by this ordering. */
-	struct record *p = atomic_exchange_explicit(&c->tomb[i].rec, NULL,
+	struct record *p = atomic_exchange_explicit(&c->rec[i], NULL,
 						    memory_order_acq_rel);
 
 	if (!p)
@@ -522,8 +438,7 @@ void fanout__table_tomb(struct fanout_engine *e, struct record *rec)
 {
 	struct fanout_tomb *tb = tomb_at(e->table, slot_of(e, rec->id));
 	uint32_t s = atomic_load_explicit(&tb->seq, memory_order_relaxed);
-	uint32_t flags = (rec->depth & TOMB_DEPTH) |
-			 (uint32_t)rec->ev.status << TOMB_STATUS_SHIFT;
+	uint32_t flags = rec->depth & TOMB_DEPTH;
 	size_t klen = rec->session_key ? strlen(rec->session_key) + 1 : 0;
 
 	atomic_store_explicit(&tb->seq, s + 1, memory_order_relaxed);
@@ -541,6 +456,8 @@ void fanout__table_tomb(struct fanout_engine *e, struct record *rec)
 			      memory_order_relaxed);
 	atomic_store_explicit(&tb->user, rec->user, memory_order_relaxed);
 	atomic_store_explicit(&tb->ntasks, rec->ntasks, memory_order_relaxed);
+	atomic_store_explicit(&tb->status, rec->ev.status,
+			      memory_order_relaxed);
 	atomic_store_explicit(
 		&tb->npending,
 		atomic_load_explicit(&rec->npending, memory_order_relaxed),
@@ -586,7 +503,8 @@ uint32_t fanout__table_compact(struct record *rec)
 	/* acq_rel: against evict's exchange (see there); release also
 	 * publishes the tomb to readers that load the tagged pointer. */
 	if (atomic_compare_exchange_strong_explicit(
-		    &tb->rec, &cur, (struct record *)((uintptr_t)tb | TOMB_TAG),
+		    &c->rec[slot & (CHUNK - 1)], &cur,
+		    (struct record *)((uintptr_t)tb | TOMB_TAG),
 		    memory_order_acq_rel, memory_order_relaxed))
 		return 2;
 	return 1;
@@ -646,14 +564,14 @@ static void walk(struct fanout_engine *e,
 				unsigned i = w * 64 + __builtin_ctzll(bits);
 				/* acquire: as in find. */
 				struct record *rec = atomic_load_explicit(
-					&c->tomb[i].rec, memory_order_acquire);
+					&c->rec[i], memory_order_acquire);
 
 				bits &= bits - 1;
 				if (!rec)
 					continue;
 				if (IS_TOMB(rec)) {
 					if (tomb_fn)
-						tomb_fn(&c->tomb[i], arg);
+						tomb_fn(TOMB_OF(rec), arg);
 					continue;
 				}
 				FQ_HANDOFF_ACQUIRE(rec);
@@ -688,7 +606,7 @@ void fanout__table_destroy(struct fanout_engine *e)
 		if (!c)
 			break;
 		for (unsigned k = 0; k < CHUNK; k++)
-			if (atomic_load_explicit(&c->tomb[k].rec,
+			if (atomic_load_explicit(&c->rec[k],
 						 memory_order_relaxed))
 				evict(e, c->tomb[k].slot);
 	}
@@ -700,13 +618,13 @@ void fanout__table_destroy(struct fanout_engine *e)
 	e->kept = NULL;
 	/* The records are freed after a grace period (call_rcu); the chunks
 	 * hold only their pointers, and no reader is left (quiescent). */
-	for (i = 0; i < MAX_CHUNKS; i += PER_REGION) {
+	for (i = 0; i < MAX_CHUNKS; i++) {
 		struct slot_chunk *c = atomic_load_explicit(
 			&t->chunk[i], memory_order_relaxed);
 
 		if (!c)
 			break;
-		munmap(c, REGION); /* chunks i .. i + PER_REGION - 1 */
+		fanout__free(c, sizeof(*c));
 	}
 	fanout__free(t, sizeof(*t));
 	e->table = NULL;
@@ -767,7 +685,6 @@ static void snapshot(const struct record *rec, struct fanout_info *info)
 int fanout_lookup(struct fanout_engine *e, fanout_id id,
 		  struct fanout_info *info)
 {
-	struct fanout_tomb *tb;
 	struct record *rec;
 	int err = -ENOENT;
 
@@ -779,14 +696,14 @@ int fanout_lookup(struct fanout_engine *e, fanout_id id,
 	for (;;) {
 		bool retry = false;
 
-		rec = slot_load(e, id, &tb);
+		rec = slot_load(e, id);
 		if (rec && !IS_TOMB(rec)) {
 			FQ_HANDOFF_ACQUIRE(rec);
 			if (rec->id == id) {
 				snapshot(rec, info);
 				err = 0;
 			}
-		} else if (rec && read_tomb(tb, id, info, &retry)) {
+		} else if (rec && read_tomb(TOMB_OF(rec), id, info, &retry)) {
 			err = 0;
 		}
 		if (!retry)

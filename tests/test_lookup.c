@@ -448,9 +448,9 @@ static void lookup_long_key_keeps_record(void **state)
 }
 
 /*
- * Enough records to fill several of the table's 2 MiB regions (lib/table.c:
- * 14 chunks of 1024 slots each), so that lookups land on either side of
- * region and chunk boundaries, in regions on huge pages: each finds its
+ * Enough records to fill 44 of the table's chunks of 1024 slots
+ * (lib/table.c), so that lookups land on either side of many chunk
+ * boundaries: each finds its
  * own record (tomb, or whole record for a key too long for a tomb) with
  * its own user pointer and key; an id with another generation in the
  * same slot misses; one listing sees them all.  Slots of different chunks
@@ -463,7 +463,7 @@ static int nothing(struct fanout_child *c, void *arg)
 	return 0;
 }
 
-static void lookup_across_regions(void **state)
+static void lookup_across_chunks(void **state)
 {
 	enum { N = 45000 };
 	struct fanout_engine *e = NEW_ENGINE(.workers = 1, .keep_completed = N,
@@ -660,7 +660,7 @@ int main(void)
 		TC(lookup_tomb_background),
 		TC(lookup_tomb_run),
 		TC(lookup_long_key_keeps_record),
-		TC(lookup_across_regions),
+		TC(lookup_across_chunks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
