@@ -74,7 +74,8 @@ FANOUT_API uint64_t fanout_test_offers_taken(struct fanout_engine *e);
  * fanout_test_blocks_reused() - record blocks that dispatches in this
  * process took back from their thread's limbo (small blocks retired by
  * the same thread, reused once no read-side section could hold them)
- * instead of allocating.
+ * instead of allocating.  Exact for the calling thread's own reuses;
+ * other threads' are added 16 at a time (and when they exit).
  */
 FANOUT_API uint64_t fanout_test_blocks_reused(void);
 
