@@ -9,10 +9,13 @@
  *                        in flight
  *
  * Prints the median of 7 rounds in children per second.  Exits non-zero
- * if a call fails or an event is not what was dispatched.
+ * if a call fails or an event is not what was dispatched.  AB_FLAGS=N
+ * sets fanout_config.flags (2: FANOUT_WAIT_HELPS); AB_STATS=1 prints the
+ * engine's per-worker counters and the main thread's CPU at the end.
  */
 #include <fanout.h>
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +57,7 @@ static int take(struct fanout_engine *e, unsigned n)
 int main(int argc, char **argv)
 {
 	struct fanout_config cfg = {.workers = 2};
+	const char *fl = getenv("AB_FLAGS");
 	bool bg = argc > 1 && !strcmp(argv[1], "bg");
 	unsigned n = argc > 2 ? (unsigned)atoi(argv[2]) : 1;
 	unsigned k = bg && argc > 3 ? (unsigned)atoi(argv[3]) : 1;
@@ -67,6 +71,8 @@ int main(int argc, char **argv)
 			"usage: ab run N [ITERS] | ab bg N K [ITERS]\n");
 		return 2;
 	}
+	if (fl)
+		cfg.flags = (unsigned)strtoul(fl, NULL, 0);
 	if (!iters)
 		iters = 200000 / n + 50;
 	if (fanout_create(&cfg, &e))
@@ -106,6 +112,25 @@ int main(int argc, char **argv)
 	qsort(med, 7, sizeof(double), cmp);
 	printf("%s batch %u x%u: %.2fM children/s (median of 7 rounds)\n",
 	       bg ? "dispatch+wait" : "fanout_run", n, k, n * 1e3 / med[3]);
+	if (getenv("AB_STATS")) {
+		struct fanout_stats st;
+
+		if (fanout_stats(e, &st))
+			return 1;
+		for (unsigned i = 0; i < st.nworkers; i++)
+			fprintf(stderr,
+				"  worker %u (cpu %d): %llu children, %llu "
+				"parks, %llu wakeups\n",
+				i, st.worker[i].cpu,
+				(unsigned long long)st.worker[i].children_run,
+				(unsigned long long)st.worker[i].parks,
+				(unsigned long long)st.worker[i].wakeups);
+		fprintf(stderr, "  main thread on cpu %d at the end\n",
+			sched_getcpu());
+		fprintf(stderr, "  all: %llu children, %llu delegations\n",
+			(unsigned long long)st.children_run,
+			(unsigned long long)(st.dispatched + st.runs));
+	}
 	free(t);
 	fanout_destroy(e);
 	return 0;

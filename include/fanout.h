@@ -1083,9 +1083,12 @@ FANOUT_API int fanout_poll(struct fanout_sink *s, struct fanout_event **ev);
  * worker and not inside a child runs queued children of ANY delegation of
  * the engine while its sink is empty, the way a oneTBB or OpenMP wait
  * helps: no hand-off to another thread, and the CPU a waiter would spin on
- * does the work.  It runs one chunk of a delegation at a time (at most 256
- * children, about 1/8 of a runner's share) and puts the rest back for the
- * workers, so it looks at its own sink again between chunks.  Two cases
+ * does the work.  It runs a delegation's children a chunk at a time (the
+ * first at most 256 children, about 1/8 of a runner's share; chunks of
+ * quick children then grow as a worker's do) and looks at its own sink and
+ * the timeout between chunks: while the sink is empty it goes on with the
+ * same delegation, and once an event is there (or the timeout passed) it
+ * puts the rest back for the workers and takes the event.  Two cases
  * take longer: when the ring has no room to put the rest back (every
  * credit taken by concurrent dispatches), it runs the rest of that
  * delegation itself; and a delegation whose children defer is run until
@@ -1093,8 +1096,9 @@ FANOUT_API int fanout_poll(struct fanout_sink *s, struct fanout_event **ev);
  * the waiting thread has nothing better to do and holds no lock a child
  * might take.  The timeout is checked between chunks, so a wait may overrun
  * it by the time one chunk takes; while it runs a child, the sink stays
- * busy (a second consumer still gets -EBUSY); and fanout_lookup() counts a
- * helped chunk in @ndone only once the whole chunk is done.
+ * busy (a second consumer still gets -EBUSY); and fanout_lookup() counts
+ * the children a waiter helped with in @ndone only once it leaves their
+ * delegation.
  *
  * Inside a child it never helps: a child that waits with @timeout_ms < 0
  * for an event of a delegation that has not finished needs another thread

@@ -340,7 +340,8 @@ void fanout__active_put(struct fanout_engine *e, uint32_t n);
 struct fanout_child *fanout__current(void);
 void fanout__forget_child(void);
 void fanout__run_token(struct fq_work *w);
-bool fanout__help_step(struct fanout_engine *e);
+bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *),
+		       void *arg);
 int fanout__cancel_rec(struct record *rec, unsigned how);
 void fanout__join_sub(struct record *rec, uint32_t n);
 void fanout__after_child(struct record *rec, enum fanout_status st);

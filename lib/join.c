@@ -786,26 +786,34 @@ void fanout__run_token(struct fq_work *w)
 
 /*
  * One step of a helping fanout_wait (FANOUT_WAIT_HELPS): take a token and
- * run ONE chunk of its record on this thread.  If children are left to
- * claim, the token goes back into the ring for another runner, so a
- * consumer is never captured by a whole delegation: its own sink is looked
- * at again after at most one chunk.  The token is put back BEFORE this
- * chunk counts in the join, so the record cannot finish (and the engine
- * cannot stop its queue) under that submit; we hold a reference of our
- * own meanwhile, since the token's travels with it.  The helper takes no
- * progress slot: lookup counts its chunk once it is subtracted.  Two
- * cases run more than one chunk here: no ring credit to put the token
- * back with (concurrent dispatches took every one), and a record whose
- * children defer (their starts are quick; places and parking govern
- * them); fanout.h says so.
+ * run chunks of its record on this thread for as long as @more(@arg) says
+ * the consumer has nothing better to do (its sink is still empty, its
+ * deadline not passed): it is asked between chunks, so a consumer is never
+ * captured by a whole delegation.  Chunks grow as a worker's do
+ * (next_chunk).  If children are left to claim when it stops, the token
+ * goes back into the ring for another runner.  Keeping the token while
+ * nothing calls the consumer away, rather than putting it back after each
+ * chunk, is what lets a consumer run a small batch alone: a put-back wakes
+ * a parked worker for children the consumer would have run sooner itself
+ * (bench/PROFILE.txt, phase 8).  The token is put back BEFORE this
+ * runner's children count in the join, so the record cannot finish (and
+ * the engine cannot stop its queue) under that submit; we hold a
+ * reference of our own meanwhile, since the token's travels with it.  The
+ * helper takes no progress slot: lookup counts its children once it
+ * leaves the record.  Two cases run on regardless of @more: no ring
+ * credit to put the token back with (concurrent dispatches took every
+ * one), and a record whose children defer (their starts are quick; places
+ * and parking govern them); fanout.h says so.
  * Returns false when there was no token to take.
  */
-bool fanout__help_step(struct fanout_engine *e)
+bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *),
+		       void *arg)
 {
 	struct fq_work *w = fq_help_take(e->q);
 	struct record *rec;
-	uint32_t n, chunk, i;
+	uint32_t n, chunk, i, end;
 	struct tally t = {0, 0, 0, false};
+	uint64_t cycles;
 
 	if (!w)
 		return false;
@@ -820,21 +828,30 @@ bool fanout__help_step(struct fanout_engine *e)
 		fanout__run_token(w);
 		return true;
 	}
-	i = atomic_fetch_add_explicit(&rec->claim, chunk, memory_order_relaxed);
-	if (i >= n) {
-		fanout__rec_put(rec, 1);
-		return true;
-	}
-	run_chunk(rec, NULL, i, n - i < chunk ? n : i + chunk, &t, NULL, false,
-		  false);
-	if (n - i > chunk) {
-		/* relaxed: we hold the token's reference while taking ours. */
-		atomic_fetch_add_explicit(&rec->refs, 1, memory_order_relaxed);
-		if (fq_reserve(e->q, 1, 1))
-			fq_submit(e->q, w, 1);
-		else
-			fanout__run_token(
-				w); /* no room in the ring: run the rest */
+	for (;;) {
+		/* relaxed: as in run_token; the RMW's total order decides. */
+		i = atomic_fetch_add_explicit(&rec->claim, chunk,
+					      memory_order_relaxed);
+		if (i >= n)
+			break;
+		end = n - i < chunk ? n : i + chunk;
+		t.handed_back = false;
+		run_chunk(rec, NULL, i, end, &t, &cycles, false, false);
+		if (end == n)
+			break; /* nothing left to claim */
+		if (t.handed_back || !more(arg)) {
+			/* relaxed: we hold the token's reference while
+			 * taking ours. */
+			atomic_fetch_add_explicit(&rec->refs, 1,
+						  memory_order_relaxed);
+			if (fq_reserve(e->q, 1, 1))
+				fq_submit(e->q, w, 1);
+			else
+				fanout__run_token(
+					w); /* no room in the ring: run the rest */
+			break;
+		}
+		chunk = next_chunk(rec, chunk, end, cycles);
 	}
 	runner_done(rec, NULL, &t);
 	fanout__rec_put(rec, 1); /* ours, or the token's if it is used up */

@@ -274,14 +274,23 @@ static bool sink_empty(struct fanout_sink *s)
 	return cds_wfcq_empty(&s->head, &s->tail);
 }
 
-/* Run one helped chunk.  1: helped (look again); 0: nothing to help with;
+/* Whether a helping waiter may run another chunk: its sink is empty and
+ * its deadline not passed (fanout__help_step asks between chunks). */
+static bool help_more(void *arg)
+{
+	const struct waiter *w = arg;
+
+	return sink_empty(w->s) && (!w->deadline || fq_now_ns() < w->deadline);
+}
+
+/* Help with one delegation (fanout__help_step).  1: helped (look again); 0: nothing to help with;
  * -1: the deadline passed meanwhile.  The clock is read only when the
  * chunk did not publish our event. */
 static int wait_help(struct waiter *w)
 {
 	uint64_t now;
 
-	if (!fanout__help_step(w->s->e))
+	if (!fanout__help_step(w->s->e, help_more, w))
 		return 0;
 	if (!sink_empty(w->s))
 		return 1;

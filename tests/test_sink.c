@@ -687,6 +687,94 @@ static void wait_pure_does_not_help(void **state)
 	helpfix_finish(&f);
 }
 
+/* A helping wait that took a long delegation of someone else's leaves it
+ * as soon as its own event is there: it runs chunks of the other one only
+ * while its sink is empty, and puts the rest back for the workers. */
+#define LONG_N 256
+
+struct long_child {
+	atomic_int ran;
+	atomic_int stop;
+	atomic_int *release; /* opened by the 5th child to run */
+};
+
+static int long_child_fn(struct fanout_child *c, void *arg)
+{
+	struct long_child *lc = arg;
+
+	(void)c;
+	if (atomic_fetch_add(&lc->ran, 1) == 4)
+		atomic_store(lc->release, 1);
+	/* each child holds its runner 1 ms, until told to stop */
+	if (!atomic_load(&lc->stop))
+		sleep_us(1000);
+	return 0;
+}
+
+static void wait_helping_leaves_for_its_event(void **state)
+{
+	struct helpfix f;
+	struct fanout_event *ev = NULL;
+	struct long_child lc = {.release = NULL};
+	struct fanout_task *tasks = calloc(LONG_N, sizeof(*tasks));
+	struct fanout_batch lb = {.tasks = tasks, .ntasks = LONG_N};
+	fanout_id lid;
+	int ran_at_return;
+
+	(void)state;
+	assert_non_null(tasks);
+	atomic_init(&lc.ran, 0);
+	atomic_init(&lc.stop, 0);
+	/* the only worker holds the gated blocker; the long delegation is
+	 * queued first, our own 2 children (on s2) behind it */
+	f.e = NEW_ENGINE(.workers = 1,
+			 .flags = FANOUT_NO_PIN | FANOUT_WAIT_HELPS);
+	atomic_init(&f.gate, 0);
+	assert_int_equal(fanout_sink_create(f.e, &f.s2), 0);
+	f.blocker = tb_new(1);
+	tb_gate(f.blocker, &f.gate);
+	must_dispatch(f.e, f.blocker);
+	assert_true(wait_ge(&f.blocker->probes[0].runs, 1, WAIT_MS));
+	lc.release = &f.gate;
+	for (unsigned i = 0; i < LONG_N; i++)
+		tasks[i] = (struct fanout_task){"long", long_child_fn, &lc};
+	assert_int_equal(fanout_dispatch(f.e, &lb, &lid), 0);
+	f.queued = tb_new(2);
+	f.queued->b.sink = f.s2;
+	f.qid = must_dispatch(f.e, f.queued);
+
+	/* This thread helps with the long one (first in the ring); its 5th
+	 * child frees the worker, which runs ours meanwhile. */
+	assert_int_equal(fanout_wait(f.s2, &ev, WAIT_MS), 0);
+	ran_at_return = atomic_load(&lc.ran);
+	atomic_store(&lc.stop, 1);
+	assert_true(ev->id == f.qid);
+	check_all_completed(ev, f.queued);
+	assert_false(pthread_equal(f.queued->probes[0].thread, pthread_self()));
+	fanout_event_free(ev);
+	/* it came back within a chunk of the event, not after the whole
+	 * delegation (256 ms of children) */
+	assert_true(ran_at_return >= 5);
+	assert_true(ran_at_return < LONG_N);
+
+	/* the long one still finishes, every child once */
+	for (int k = 0; k < 2; k++) {
+		ev = must_wait(fanout_default_sink(f.e));
+		if (ev->id == lid) {
+			assert_int_equal(ev->ncompleted, LONG_N);
+			assert_int_equal(atomic_load(&lc.ran), LONG_N);
+		} else {
+			check_all_completed(ev, f.blocker);
+		}
+		fanout_event_free(ev);
+	}
+	assert_int_equal(fanout_sink_destroy(f.s2), 0);
+	tb_free(f.blocker);
+	tb_free(f.queued);
+	free(tasks);
+	fanout_destroy(f.e);
+}
+
 /* Inside a child (here one of fanout_run's, on this thread) a wait does not
  * help: unrelated children must not pile up on a child's stack. */
 struct nested_wait {
@@ -830,6 +918,7 @@ int main(void)
 		TC(sink_consumers_on_two_sinks),
 		TC(wait_helps_runs_queued_children),
 		TC(wait_pure_does_not_help),
+		TC(wait_helping_leaves_for_its_event),
 		TC(wait_in_child_does_not_help),
 		TC(child_wait_needs_another_runner),
 	};
