@@ -76,7 +76,7 @@ void bench_machine(char *model, size_t mlen, char *kernel, size_t klen)
 struct bar {
 	char what[112];
 	char target[64];
-	char measured[256];
+	char measured[512];
 	int holds; /* 1 yes, 0 no, -1 not measured */
 };
 
@@ -155,6 +155,30 @@ static void tbb_ratio_bar(const char *what, const char *target,
 	b->holds = holds;
 }
 
+/* Append, not judged, what the opt-in helping wait (the "fanout_help"
+ * column, FANOUT_WAIT_HELPS) gives against oneTBB at each size: the figure
+ * behind the decision whether fanout_wait helps by default. */
+static void help_note(struct bar *b)
+{
+	size_t len = strlen(b->measured);
+	bool first = true;
+
+	if (b->holds < 0)
+		return;
+	for (unsigned s = 0; s < BENCH_NSIZES; s++) {
+		char met[48];
+		snprintf(met, sizeof(met), "batch %u", bench_sizes[s]);
+		double me = fig("throughput", met, "fanout_help");
+		double tbb = fig("throughput", met, "onetbb");
+		if (isnan(me) || isnan(tbb) || tbb <= 0)
+			continue;
+		measured_add(b, &len, "%s%u: %.2fx", first ?
+			     "; with FANOUT_WAIT_HELPS (off by default, not "
+			     "judged) " : ", ", bench_sizes[s], me / tbb);
+		first = false;
+	}
+}
+
 /* A quotient bar: @num / @den <= @max holds. */
 static void quot_bar(const char *what, const char *target, double num,
 		     double den, double max, const char *unit, double div)
@@ -178,6 +202,7 @@ static void compute_bars(void)
 		      "batch 1 (16 in flight), 8, 64, 512, 4096",
 		      ">= 0.5x at 1, >= 1x at 8..4096", "fanout", need_fanout,
 		      false);
+	help_note(&bars[nbars - 1]);
 	/* 2 */
 	tbb_ratio_bar("fanout_run vs oneTBB (task_group run + wait), no-op "
 		      "children/s, 1 batch in flight, batch 1..4096",
@@ -253,6 +278,14 @@ static void compute_bars(void)
 			snprintf(b->measured, sizeof(b->measured),
 				 "%.0fx (%.3gM vs %.3gk/s)", me / py, me / 1e6,
 				 py / 1e3);
+			double help = fig("throughput", "batch 64",
+					  "fanout_help");
+			if (!isnan(help))
+				snprintf(b->measured + strlen(b->measured),
+					 sizeof(b->measured) -
+						 strlen(b->measured),
+					 "; with FANOUT_WAIT_HELPS (not judged) "
+					 "%.0fx", help / py);
 		}
 	}
 }

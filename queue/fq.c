@@ -353,16 +353,21 @@ static struct fq_work *offer_take(struct fq *q, bool any)
  * at once (a FUTEX_WAKE and a preemption of the application per dispatch)
  * serves it.  The measurements behind these rates are in bench/PROFILE.txt.
  */
-static struct fq_work *spin_for_work(struct fq_worker *self, bool yield_always)
+static struct fq_work *spin_for_work(struct fq_worker *self, bool yield_always,
+				     bool *saw_tokens)
 {
 	struct fq *q = self->q;
 	uint64_t deadline = 0;
 	struct fq_work *w;
 	unsigned i;
 
+	*saw_tokens = false;
 	for (i = 0;; i++) {
-		if (ck_ring_size(&q->ring) != 0 ||
-		    atomic_load_explicit(&q->stopping, memory_order_relaxed))
+		if (ck_ring_size(&q->ring) != 0) {
+			*saw_tokens = true;
+			return NULL;
+		}
+		if (atomic_load_explicit(&q->stopping, memory_order_relaxed))
 			return NULL;
 		if ((i & 63) == 0) {
 			uint64_t now = fq_now_ns();
@@ -727,6 +732,7 @@ static void *worker_main(void *arg)
 	tls_self = self;
 	for (;;) {
 		uint32_t v;
+		bool saw = false;
 
 		if (take(q, &w)) {
 			if (self->counted) { /* counted since fq_tail() */
@@ -748,7 +754,7 @@ static void *worker_main(void *arg)
 				self->counted = false;
 				stop_spinning(q);
 			}
-			w = spin_for_work(self, true);
+			w = spin_for_work(self, true, &saw);
 			if (w) {
 				run_offer(self, w);
 				continue;
@@ -760,7 +766,7 @@ static void *worker_main(void *arg)
 				atomic_fetch_add_explicit(&q->spinning, 1,
 							  memory_order_seq_cst);
 			self->counted = false;
-			w = spin_for_work(self, false);
+			w = spin_for_work(self, false, &saw);
 			/* We stop counting as a spinner BEFORE announcing
 			 * ourselves as a waiter, so every token a producer
 			 * left to us precedes the re-check below (arg. 3). */
@@ -775,6 +781,15 @@ static void *worker_main(void *arg)
 			run_item(self, w);
 			continue;
 		}
+		/* The spin ended on a token that another thread (a helping
+		 * waiter, the other worker) took first: spin again, as after
+		 * an item, rather than park on a lost race.  Parking here
+		 * cost a FUTEX_WAKE, an inter-processor interrupt on a VM,
+		 * on the next dispatch (bench/PROFILE.txt, phase 8).  The
+		 * spin starts over (counted again at the loop's top), so
+		 * the spin_ns bound holds from the last token seen. */
+		if (saw)
+			continue;
 		/* An offer still open now may have counted on us: take it
 		 * whatever its age rather than park (argument 7). */
 		w = offer_take(q, true);
