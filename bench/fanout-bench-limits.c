@@ -47,7 +47,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 struct pair {
 	void *(*fn_a)(void *);
@@ -222,6 +225,51 @@ static void *fx_b(void *arg)
 	return NULL;
 }
 
+/*
+ * What a hand-off through the kernel costs on this machine: one system call
+ * (getppid), and one switch between two threads that share a CPU by
+ * sched_yield (both pinned to CPU 0, each yielding to the other).  The
+ * background path's hand-offs between the consumer and the worker on its
+ * CPU are such switches whenever the engine has as many workers as CPUs.
+ */
+static _Atomic int yield_ready;
+
+static void *yield_thread(void *arg)
+{
+	uint64_t n = *(const uint64_t *)arg;
+
+	bench_pin_self(0);
+	atomic_fetch_add(&yield_ready, 1);
+	while (atomic_load(&yield_ready) < 2)
+		sched_yield();
+	for (uint64_t i = 0; i < n; i++)
+		sched_yield();
+	return NULL;
+}
+
+static double yield_switch_ns(uint64_t n)
+{
+	pthread_t a, b;
+
+	atomic_store(&yield_ready, 0);
+	uint64_t t0 = bench_now_ns();
+	if (pthread_create(&a, NULL, yield_thread, &n) ||
+	    pthread_create(&b, NULL, yield_thread, &n))
+		bench_die("pthread_create failed");
+	pthread_join(a, NULL);
+	pthread_join(b, NULL);
+	return (double)(bench_now_ns() - t0) / (2.0 * (double)n);
+}
+
+static double syscall_ns(uint64_t n)
+{
+	uint64_t t0 = bench_now_ns();
+
+	for (uint64_t i = 0; i < n; i++)
+		syscall(SYS_getppid);
+	return (double)(bench_now_ns() - t0) / (double)n;
+}
+
 static double run_pair_h(void *(*a)(void *), void *(*b)(void *), uint64_t iters,
 			 bool ring, uint64_t gap_ns, struct bench_hist *h)
 {
@@ -351,7 +399,8 @@ static long huge_kb(const void *p)
 
 double bench_limit_pingpong, bench_limit_ring, bench_limit_futex,
 	bench_limit_futex_idle, bench_limit_rt_p50, bench_limit_rt_p999,
-	bench_limit_dram, bench_limit_dram_huge;
+	bench_limit_dram, bench_limit_dram_huge, bench_limit_syscall,
+	bench_limit_yield;
 
 /*
  * The limits are measured in two sets, at the start and at the end of the
@@ -361,7 +410,7 @@ double bench_limit_pingpong, bench_limit_ring, bench_limit_futex,
 #define LIM_MAX_ROUNDS 128
 static double lim_pp[LIM_MAX_ROUNDS], lim_rg[LIM_MAX_ROUNDS],
 	lim_fx[LIM_MAX_ROUNDS], lim_d4[LIM_MAX_ROUNDS], lim_dh[LIM_MAX_ROUNDS],
-	lim_d2[LIM_MAX_ROUNDS];
+	lim_d2[LIM_MAX_ROUNDS], lim_sc[LIM_MAX_ROUNDS], lim_yl[LIM_MAX_ROUNDS];
 static unsigned lim_n;
 static struct bench_hist *lim_hi, *lim_rt;
 static struct chase lim_c4, lim_ch;
@@ -385,6 +434,7 @@ void bench_limits(void)
 	run_pair(ring_prod, ring_cons, nrg / 10, true, RING_BLOCK);
 	run_pair(fx_a, fx_b, nfx / 10, false, 1);
 	uint64_t ndr = (uint64_t)(1000000 * bench_opt.scale) + 10000;
+	uint64_t nsc = (uint64_t)(20000 * bench_opt.scale) + 1000;
 	if (!lim_c4.next) {
 		chase_init(&lim_c4, MADV_NOHUGEPAGE);
 		chase_init(&lim_ch, MADV_HUGEPAGE);
@@ -402,6 +452,8 @@ void bench_limits(void)
 		lim_d4[lim_n] = chase_run(&lim_c4, ndr, false);
 		lim_dh[lim_n] = chase_run(&lim_ch, ndr, false);
 		lim_d2[lim_n] = chase_run(&lim_c4, ndr / 2, true);
+		lim_sc[lim_n] = syscall_ns(nsc);
+		lim_yl[lim_n] = yield_switch_ns(nsc / 2);
 	}
 	bench_limit_pingpong = bench_median(lim_pp, lim_n);
 	bench_limit_ring = bench_median(lim_rg, lim_n);
@@ -411,6 +463,8 @@ void bench_limits(void)
 	bench_limit_rt_p999 = bench_hist_quantile(lim_rt, 0.999);
 	bench_limit_dram = bench_median(lim_d4, lim_n);
 	bench_limit_dram_huge = bench_median(lim_dh, lim_n);
+	bench_limit_syscall = bench_median(lim_sc, lim_n);
+	bench_limit_yield = bench_median(lim_yl, lim_n);
 }
 
 void bench_limits_report(void)
@@ -436,6 +490,10 @@ void bench_limits_report(void)
 		      bench_limit_dram_huge, "ns", BENCH_LOWER);
 	bench_fig_add("limits", "DRAM random read pair, overlapped", "limit",
 		      bench_median(lim_d2, n), "ns", BENCH_LOWER);
+	bench_fig_add("limits", "system call", "limit", bench_limit_syscall,
+		      "ns", BENCH_LOWER);
+	bench_fig_add("limits", "sched_yield switch on one CPU", "limit",
+		      bench_limit_yield, "ns", BENCH_LOWER);
 	FILE *f = bench_opt.out;
 	fprintf(f,
 		"\n== physical limits (threads pinned to CPU %d and %d; per "
@@ -487,4 +545,13 @@ void bench_limits_report(void)
 		"%.1f): two chases interleaved, per pair\n",
 		bench_median(lim_d2, n), bench_min(lim_d2, n),
 		bench_max(lim_d2, n));
+	fprintf(f,
+		"  system call (getppid)           %9.1f ns   (min %.1f, max "
+		"%.1f)\n",
+		bench_limit_syscall, bench_min(lim_sc, n), bench_max(lim_sc, n));
+	fprintf(f,
+		"  sched_yield switch, one CPU     %9.1f ns   (min %.1f, max "
+		"%.1f): two threads on CPU 0 yielding to each other, per "
+		"switch\n",
+		bench_limit_yield, bench_min(lim_yl, n), bench_max(lim_yl, n));
 }

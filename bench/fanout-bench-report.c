@@ -203,6 +203,16 @@ static void compute_bars(void)
 		      ">= 0.5x at 1, >= 1x at 8..4096", "fanout", need_fanout,
 		      false);
 	help_note(&bars[nbars - 1]);
+	if (bench_limit_yield > 0 && bars[nbars - 1].holds >= 0) {
+		/* what the default path's hand-offs on the consumer's CPU
+		 * cost here (bench/PROFILE.txt phase 8) */
+		size_t len = strlen(bars[nbars - 1].measured);
+		measured_add(&bars[nbars - 1], &len,
+			     "; one sched_yield switch %.3g us, one system "
+			     "call %.3g us",
+			     bench_limit_yield / 1e3,
+			     bench_limit_syscall / 1e3);
+	}
 	/* 2 */
 	tbb_ratio_bar("fanout_run vs oneTBB (task_group run + wait), no-op "
 		      "children/s, 1 batch in flight, batch 1..4096",
