@@ -548,7 +548,8 @@ void bench_limits_report(void)
 	fprintf(f,
 		"  system call (getppid)           %9.1f ns   (min %.1f, max "
 		"%.1f)\n",
-		bench_limit_syscall, bench_min(lim_sc, n), bench_max(lim_sc, n));
+		bench_limit_syscall, bench_min(lim_sc, n),
+		bench_max(lim_sc, n));
 	fprintf(f,
 		"  sched_yield switch, one CPU     %9.1f ns   (min %.1f, max "
 		"%.1f): two threads on CPU 0 yielding to each other, per "

@@ -172,9 +172,12 @@ static void help_note(struct bar *b)
 		double tbb = fig("throughput", met, "onetbb");
 		if (isnan(me) || isnan(tbb) || tbb <= 0)
 			continue;
-		measured_add(b, &len, "%s%u: %.2fx", first ?
-			     "; with FANOUT_WAIT_HELPS (off by default, not "
-			     "judged) " : ", ", bench_sizes[s], me / tbb);
+		measured_add(
+			b, &len, "%s%u: %.2fx",
+			first ? "; with FANOUT_WAIT_HELPS (off by default, not "
+				"judged) " :
+				", ",
+			bench_sizes[s], me / tbb);
 		first = false;
 	}
 }
@@ -288,14 +291,16 @@ static void compute_bars(void)
 			snprintf(b->measured, sizeof(b->measured),
 				 "%.0fx (%.3gM vs %.3gk/s)", me / py, me / 1e6,
 				 py / 1e3);
-			double help = fig("throughput", "batch 64",
-					  "fanout_help");
+			double help =
+				fig("throughput", "batch 64", "fanout_help");
 			if (!isnan(help))
-				snprintf(b->measured + strlen(b->measured),
-					 sizeof(b->measured) -
-						 strlen(b->measured),
-					 "; with FANOUT_WAIT_HELPS (not judged) "
-					 "%.0fx", help / py);
+				snprintf(
+					b->measured + strlen(b->measured),
+					sizeof(b->measured) -
+						strlen(b->measured),
+					"; with FANOUT_WAIT_HELPS (not judged) "
+					"%.0fx",
+					help / py);
 		}
 	}
 }

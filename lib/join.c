@@ -806,8 +806,7 @@ void fanout__run_token(struct fq_work *w)
  * and parking govern them); fanout.h says so.
  * Returns false when there was no token to take.
  */
-bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *),
-		       void *arg)
+bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *), void *arg)
 {
 	struct fq_work *w = fq_help_take(e->q);
 	struct record *rec;

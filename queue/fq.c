@@ -61,7 +61,9 @@
  *    with two submits counting one spinner, and its seeded bugs 4, 5, 7).
  *
  * 4. Idle workers stop burning CPU after spin_ns: the spin loop reads the
- *    clock every 64 pauses and parks once the deadline passed.
+ *    clock every 64 pauses and parks once the deadline passed.  A spin
+ *    that ended on a token someone else dequeued first starts over (there
+ *    was work), so the bound runs from the last token a worker saw.
  *
  * 5. Drain on stop.  fq_stop() sets `stopping`, then signals every worker.
  *    A worker exits only after it saw `stopping` AND then found the ring
