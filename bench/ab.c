@@ -11,7 +11,8 @@
  * Prints the median of 7 rounds in children per second.  Exits non-zero
  * if a call fails or an event is not what was dispatched.  AB_FLAGS=N
  * sets fanout_config.flags (2: FANOUT_WAIT_HELPS); AB_STATS=1 prints the
- * engine's per-worker counters and the main thread's CPU at the end.
+ * engine's per-worker counters and the main thread's CPU at the end;
+ * AB_CPU=C pins the calling thread to CPU C once the workers started.
  */
 #include <fanout.h>
 
@@ -77,6 +78,14 @@ int main(int argc, char **argv)
 		iters = 200000 / n + 50;
 	if (fanout_create(&cfg, &e))
 		return 1;
+	if (getenv("AB_CPU")) { /* pin the calling thread after the workers */
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(atoi(getenv("AB_CPU")), &set);
+		if (sched_setaffinity(0, sizeof(set), &set))
+			return 1;
+	}
 	t = calloc(n, sizeof(*t));
 	if (!t)
 		return 1;
