@@ -467,6 +467,14 @@ void bench_limits(void)
 	bench_limit_yield = bench_median(lim_yl, lim_n);
 }
 
+/* One limit's line: the median over @n rounds of @v, min and max. */
+static void lim_line(FILE *f, const char *label, const double *v, unsigned n,
+		     const char *note)
+{
+	fprintf(f, "  %-32s %9.1f ns   (min %.1f, max %.1f)%s\n", label,
+		bench_median(v, n), bench_min(v, n), bench_max(v, n), note);
+}
+
 void bench_limits_report(void)
 {
 	unsigned n = lim_n;
@@ -502,11 +510,7 @@ void bench_limits_report(void)
 		"the "
 		"start and the end of the run; min/max over rounds) ==\n",
 		cpu_of(0), cpu_of(1), n);
-	fprintf(f,
-		"  cache-line ping-pong round trip  %9.1f ns   (min %.1f, max "
-		"%.1f)\n",
-		bench_limit_pingpong, bench_min(lim_pp, n),
-		bench_max(lim_pp, n));
+	lim_line(f, "cache-line ping-pong round trip", lim_pp, n, "");
 	fprintf(f,
 		"  round trip, one at a time        %9.1f ns   p50 (p99 %.1f, "
 		"p999 %.1f: %.1fx p50; %llu samples)\n",
@@ -520,10 +524,7 @@ void bench_limits_report(void)
 		"  raw ck_ring SPSC handoff         %9.1f ns/item (min %.1f, "
 		"max %.1f)\n",
 		bench_limit_ring, bench_min(lim_rg, n), bench_max(lim_rg, n));
-	fprintf(f,
-		"  futex wake round trip            %9.1f ns   (min %.1f, max "
-		"%.1f)\n",
-		bench_limit_futex, bench_min(lim_fx, n), bench_max(lim_fx, n));
+	lim_line(f, "futex wake round trip", lim_fx, n, "");
 	fprintf(f,
 		"  futex round trip, 2 ms idle      %9.1f ns   p50 (p99 %.1f, "
 		"%llu samples)\n",
@@ -545,14 +546,7 @@ void bench_limits_report(void)
 		"%.1f): two chases interleaved, per pair\n",
 		bench_median(lim_d2, n), bench_min(lim_d2, n),
 		bench_max(lim_d2, n));
-	fprintf(f,
-		"  system call (getppid)           %9.1f ns   (min %.1f, max "
-		"%.1f)\n",
-		bench_limit_syscall, bench_min(lim_sc, n),
-		bench_max(lim_sc, n));
-	fprintf(f,
-		"  sched_yield switch, one CPU     %9.1f ns   (min %.1f, max "
-		"%.1f): two threads on CPU 0 yielding to each other, per "
-		"switch\n",
-		bench_limit_yield, bench_min(lim_yl, n), bench_max(lim_yl, n));
+	lim_line(f, "system call (getppid)", lim_sc, n, "");
+	lim_line(f, "sched_yield switch, one CPU", lim_yl, n,
+		 ": two threads on CPU 0 yielding to each other, per switch");
 }

@@ -283,9 +283,9 @@ static bool help_more(void *arg)
 	return sink_empty(w->s) && (!w->deadline || fq_now_ns() < w->deadline);
 }
 
-/* Help with one delegation (fanout__help_step).  1: helped (look again); 0: nothing to help with;
- * -1: the deadline passed meanwhile.  The clock is read only when the
- * chunk did not publish our event. */
+/* Help with one delegation (fanout__help_step).  1: helped (look again);
+ * 0: nothing to help with; -1: the deadline passed meanwhile.  The clock
+ * is read only when the help did not publish our event. */
 static int wait_help(struct waiter *w)
 {
 	uint64_t now;
