@@ -176,6 +176,8 @@ void fanout__sink_publish(struct fanout_sink *s, struct record *rec)
 		arm(s);
 }
 
+#define TAKE_PAUSES 64 /* busy steps before a half-linked event yields */
+
 static struct record *take(struct fanout_sink *s)
 {
 	struct cds_wfcq_node *node;
@@ -183,9 +185,26 @@ static struct record *take(struct fanout_sink *s)
 
 	if (cds_wfcq_empty(&s->head, &s->tail))
 		return NULL;
-	/* Consumers are serialised by `busy`; "blocking" only waits out a
-	 * producer between its tail exchange and its next-pointer store. */
-	node = __cds_wfcq_dequeue_blocking(&s->head, &s->tail);
+	/* Consumers are serialised by `busy`.  A dequeue can only be held up
+	 * by a producer between its tail exchange and its next-pointer store
+	 * (cds_wfcq_enqueue): a few instructions, unless that producer was
+	 * preempted there.  liburcu's "blocking" dequeue waits that out with
+	 * 10 busy steps and then poll() for 10 ms, again and again: on a host
+	 * where a store takes ~200 ns to cross cores, or where the producer
+	 * is a worker preempted on this CPU by this very thread, that was a
+	 * 10 ms stall ~100 times a second (bench/PROFILE.txt, phase 8).  So
+	 * the non-blocking dequeue, which leaves the queue as it was when it
+	 * would block, and our own wait: pause a little, then yield, so that
+	 * a producer preempted on this CPU gets to finish its store. */
+	for (unsigned i = 0;; i++) {
+		node = __cds_wfcq_dequeue_nonblocking(&s->head, &s->tail);
+		if (node != CDS_WFCQ_WOULDBLOCK)
+			break;
+		if (i < TAKE_PAUSES)
+			caa_cpu_relax();
+		else
+			sched_yield();
+	}
 	if (!node)
 		return NULL;
 	rec = caa_container_of(node, struct record, qnode);
