@@ -31,6 +31,15 @@ enum fanout_fault {
 FANOUT_API long fanout_test_fail_at(enum fanout_fault what, long k);
 
 /**
+ * fanout_test_publish_gap() - from now on, every event is published in the
+ * two steps of its sink queue's enqueue with @us microseconds between them
+ * (0: at once, the default), as by a producer preempted in between: a
+ * consumer then finds the sink not empty but its first event not yet
+ * linked.  Process-wide.
+ */
+FANOUT_API void fanout_test_publish_gap(unsigned us);
+
+/**
  * fanout_test_quiesce() - wait until every record released so far is freed.
  *
  * Records are freed by RCU callbacks after a grace period; this hands

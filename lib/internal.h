@@ -340,6 +340,7 @@ void fanout__active_put(struct fanout_engine *e, uint32_t n);
 struct fanout_child *fanout__current(void);
 void fanout__forget_child(void);
 void fanout__run_token(struct fq_work *w);
+extern _Atomic unsigned fanout__publish_gap_us; /* sink.c, a test knob */
 bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *),
 		       void *arg);
 int fanout__cancel_rec(struct record *rec, unsigned how);

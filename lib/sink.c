@@ -160,14 +160,38 @@ static void arm(struct fanout_sink *s)
 		efd_write(s);
 }
 
+_Atomic unsigned fanout__publish_gap_us;
+
+/* cds_wfcq_enqueue in its two steps with a pause between them: the state a
+ * producer preempted there leaves behind (fanout_test_publish_gap()). */
+static void enqueue_with_gap(struct fanout_sink *s, struct record *rec,
+			     unsigned us)
+{
+	struct cds_wfcq_node *old;
+
+	/* As liburcu's append: the exchange is a full barrier that publishes
+	 * the node (next NULL) before it is reachable through the tail. */
+	old = uatomic_xchg(&s->tail.p, &rec->qnode);
+	usleep(us);
+	CMM_STORE_SHARED(old->next, &rec->qnode);
+}
+
 void fanout__sink_publish(struct fanout_sink *s, struct record *rec)
 {
+	unsigned gap;
+
 	/* The caller (the finaliser) holds the RCU read lock: a sink that
 	 * fanout_sink_destroy() lets go once this enqueue is visible is
 	 * drained and freed only after a grace period, i.e. after this
 	 * publish has finished. */
 	FQ_HANDOFF_RELEASE(rec);
-	cds_wfcq_enqueue(&s->head, &s->tail, &rec->qnode);
+	/* relaxed: a test knob, set while only the test calls in. */
+	gap = atomic_load_explicit(&fanout__publish_gap_us,
+				   memory_order_relaxed);
+	if (caa_unlikely(gap))
+		enqueue_with_gap(s, rec, gap);
+	else
+		cds_wfcq_enqueue(&s->head, &s->tail, &rec->qnode);
 	/* full barrier (seq_cst RMW) between the enqueue and the reads of
 	 * waiters and fd_used; pairs with fq_ec_prepare() in fanout_wait and
 	 * with the store; fence in fanout_sink_fd(). */

@@ -32,6 +32,13 @@ long fanout_test_fail_at(enum fanout_fault what, long k)
 	return atomic_exchange_explicit(knob, k, memory_order_relaxed);
 }
 
+void fanout_test_publish_gap(unsigned us)
+{
+	/* relaxed: a test knob; the test's own thread sequences its use. */
+	atomic_store_explicit(&fanout__publish_gap_us, us,
+			      memory_order_relaxed);
+}
+
 void fanout_test_quiesce(void)
 {
 	/* Twice, as in fanout_destroy(): the first barrier's callbacks may

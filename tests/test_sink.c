@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* test_sink.c - sinks: poll, wait, routing, the eventfd, destroy, -EBUSY. */
+#include <dlfcn.h>
 #include <poll.h>
 
 #include "common.h"
+#include "fanout_testing.h"
 
 static struct fanout_engine *eng2(void)
 {
@@ -607,6 +609,70 @@ static void sink_consumers_on_two_sinks(void **state)
 	fanout_destroy(e);
 }
 
+/* ------------------------------------------- a half-linked event in a sink */
+
+/*
+ * Count the poll() calls of one thread.  liburcu's "blocking" wfcqueue
+ * dequeue sleeps in poll(NULL, 0, 10) while a producer sits between its
+ * tail exchange and its next-pointer store; the sink must not (it waits
+ * with pauses and sched_yield), or every such moment costs its consumer
+ * 10 ms.  This definition takes the place of libc's for the library's
+ * calls too (static link); it forwards to the next one.  Under
+ * ThreadSanitizer the runtime's own poll() comes first and this one sees
+ * nothing: the plain build is the one that checks (it fails with the old
+ * dequeue: 5 calls).
+ */
+static pthread_t poll_watched;
+static atomic_bool poll_watching;
+static atomic_int polls_seen;
+
+int poll(struct pollfd *fds, nfds_t nfds, int timeout)
+{
+	static int (*next)(struct pollfd *, nfds_t, int);
+
+	if (!next)
+		next = (int (*)(struct pollfd *, nfds_t, int))dlsym(RTLD_NEXT,
+								    "poll");
+	if (atomic_load(&poll_watching) &&
+	    pthread_equal(pthread_self(), poll_watched))
+		atomic_fetch_add(&polls_seen, 1);
+	return next(fds, nfds, timeout);
+}
+
+/* The worker publishes our event in two steps 50 ms apart, as a producer
+ * preempted between them would.  The consumer polls all along, so it meets
+ * the half-linked event: it gets it without a single poll() (the old
+ * dequeue made about 5, one per 10 ms). */
+static void wait_does_not_sleep_on_a_half_linked_event(void **state)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = 1);
+	struct tbatch *tb = tb_new(1);
+	struct fanout_event *ev = NULL;
+	fanout_id id;
+
+	(void)state;
+	fanout_test_publish_gap(50000);
+	poll_watched = pthread_self();
+	atomic_store(&polls_seen, 0);
+	atomic_store(&poll_watching, true);
+	id = must_dispatch(e, tb);
+	uint64_t end = mono_ms() + WAIT_MS;
+	int rc;
+
+	while ((rc = fanout_poll(fanout_default_sink(e), &ev)) == -EAGAIN &&
+	       mono_ms() < end)
+		;
+	assert_int_equal(rc, 0);
+	atomic_store(&poll_watching, false);
+	fanout_test_publish_gap(0);
+	assert_true(ev->id == id);
+	check_all_completed(ev, tb);
+	assert_int_equal(atomic_load(&polls_seen), 0);
+	fanout_event_free(ev);
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
 /* ------------------------------------------------- FANOUT_WAIT_HELPS */
 
 struct helpfix {
@@ -919,6 +985,7 @@ int main(void)
 		TC(wait_helps_runs_queued_children),
 		TC(wait_pure_does_not_help),
 		TC(wait_helping_leaves_for_its_event),
+		TC(wait_does_not_sleep_on_a_half_linked_event),
 		TC(wait_in_child_does_not_help),
 		TC(child_wait_needs_another_runner),
 	};
