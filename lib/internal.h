@@ -340,7 +340,6 @@ void fanout__active_put(struct fanout_engine *e, uint32_t n);
 struct fanout_child *fanout__current(void);
 void fanout__forget_child(void);
 void fanout__run_token(struct fq_work *w);
-extern _Atomic unsigned fanout__publish_gap_us; /* sink.c, a test knob */
 bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *),
 		       void *arg);
 int fanout__cancel_rec(struct record *rec, unsigned how);
@@ -394,6 +393,7 @@ void fanout__table_for_each(struct fanout_engine *e,
 void fanout__table_destroy(struct fanout_engine *e);
 
 /* sink.c */
+extern _Atomic unsigned fanout__publish_gap_us; /* a test knob */
 int fanout__sink_new(struct fanout_engine *e, bool is_default,
 		     struct fanout_sink **out);
 unsigned fanout__sinks_full(struct fanout_engine *e, bool *default_full);

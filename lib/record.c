@@ -11,10 +11,10 @@
  * section, so the record outlives finalisation.  The table reference goes
  * when the record is pruned (never before its event is published: pruning
  * happens in the finaliser after publishing).  The last put frees through
- * call_rcu, or, for a small synchronous one, keeps the block in the thread's limbo
- * until the epochs say no read-side section can hold it ("Limbo"), so
- * lookups that found the record under fanout__read_lock still read valid
- * memory.
+ * call_rcu, or, for a small synchronous one, keeps the block in the
+ * thread's limbo until the epochs say no read-side section can hold it
+ * ("Limbo"), so lookups that found the record under fanout__read_lock
+ * still read valid memory.
  */
 #include "internal.h"
 
