@@ -186,11 +186,18 @@ static void recheck(struct fanout_engine *e, fanout_id id,
 	uint32_t how = 0, pc;
 	struct record *rec;
 
-	/* seq_cst fence: insert; fence; load - pairs with the store; fence;
-	 * scan in fanout_shutdown(), and with the fetch_or; fence; scan of
-	 * fanout__tree_cancel(). */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&e->shutting, memory_order_relaxed))
+	/* Insert; fence; load - against the store; fence; scan of
+	 * fanout_shutdown(), and with a parent the fetch_or; fence; scan of
+	 * fanout__tree_cancel().  The insert's seq_cst RMW of the slot's
+	 * `used` word (table.c), which both scans load after their fence, is
+	 * the fence for `shutting`: if our seq_cst load below misses the
+	 * shutdown's store, the RMW precedes that store, hence its fence, in
+	 * the single order S, and the scan sees the bit (C11 7.17.3p5).  The
+	 * parent's has_kids store (rec_link) is relaxed, so a nested call
+	 * still needs the seq_cst fence to pair with the tree walk's. */
+	if (o->parent)
+		atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&e->shutting, memory_order_seq_cst))
 		how = FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON |
 		      CANCEL_SHUTDOWN;
 	if (o->parent) {
@@ -325,7 +332,7 @@ static int help_offer(struct record *rec, unsigned extra)
 	got = n ? fq_reserve(e->q, n, 0) : 0;
 	fq_submit(e->q, &rec->work, got);
 	if (n > got)
-		fanout__rec_put(rec, n - got); /* the runner's keeps it */
+		fanout__rec_put(rec, n - got); /* the event's keeps it */
 	return -1;
 }
 
@@ -337,6 +344,7 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	struct origin o;
 	size_t goals;
 	int err, slot;
+	bool local;
 
 	if (!e || !b || !evp)
 		return e ? reject(e, -EINVAL) : -EINVAL;
@@ -364,9 +372,10 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 		origin_put(&o);
 		return reject(e, -ENOMEM);
 	}
-	/* refs: table + event (returned to the caller) + caller + the tokens
+	/* refs: table + event (returned to the caller, so it keeps the record
+	 * for the whole call: the caller's own run holds none) + the tokens
 	 * help_offer may hand out (it drops those it does not). */
-	atomic_init(&rec->refs, 3 + extra);
+	atomic_init(&rec->refs, 2 + extra);
 	rec->chunk = fanout__chunk_for(b->ntasks, want);
 	fanout__stat_add(&e->st_runs, 1);
 	rec_link(rec, b, &o);
@@ -376,15 +385,18 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	recheck(e, rec->id, &o);
 	FANOUT_PROBE_BATCH_SUBMIT(rec->id, b->ntasks, depth);
 	slot = help_offer(rec, extra);
-	fanout__run_token(&rec->work); /* the caller's own reference */
+	local = fanout__run_own(rec);
 	if (slot >= 0) {
 		extra = fq_offer_close(e->q, slot);
 		if (extra)
 			fanout__rec_put(rec, extra); /* the event's keeps it */
 	}
-	fq_done_wait(&rec->done_word, fq_spin_ns(e->q));
+	if (!local) /* another runner (or a canceller) finalises */
+		fq_done_wait(&rec->done_word, fq_spin_ns(e->q));
 	origin_put(&o);
-	fanout__active_put(e, 1);
+	/* The call's unit and its record's: finalise leaves a synchronous
+	 * record's to us, its last touch being the wake-up we just had. */
+	fanout__active_put(e, 2);
 	*evp = &rec->ev;
 	return 0;
 }

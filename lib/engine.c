@@ -361,7 +361,7 @@ int fanout_stats(struct fanout_engine *e, struct fanout_stats *st)
 	 * every completion counted here has its start counted below.  The
 	 * rest is relaxed: counters, exact once the engine is quiet. */
 	st->completed =
-		atomic_load_explicit(&e->st_completed, memory_order_acquire);
+		atomic_load_explicit(&e->finish_seq, memory_order_acquire);
 	st->dispatched =
 		atomic_load_explicit(&e->st_dispatched, memory_order_relaxed);
 	st->runs = atomic_load_explicit(&e->st_runs, memory_order_relaxed);

@@ -293,8 +293,8 @@ struct fanout_engine {
 	_Atomic uint32_t active; /* A: unfinished records + calls in flight */
 
 	/* Touched only by finalisers. */
-	_Atomic uint64_t finish_seq __attribute__((aligned(CACHELINE))); /* A */
-	_Atomic uint64_t st_completed;					 /* A */
+	/* A: also fanout_stats()' completed count (finalise, join.c) */
+	_Atomic uint64_t finish_seq __attribute__((aligned(CACHELINE)));
 
 	/* Shutdown. */
 	_Atomic uint32_t shutting __attribute__((aligned(CACHELINE))); /* A */
@@ -340,6 +340,7 @@ void fanout__active_put(struct fanout_engine *e, uint32_t n);
 struct fanout_child *fanout__current(void);
 void fanout__forget_child(void);
 void fanout__run_token(struct fq_work *w);
+bool fanout__run_own(struct record *rec);
 bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *),
 		       void *arg);
 int fanout__cancel_rec(struct record *rec, unsigned how);
@@ -463,7 +464,7 @@ static inline uint64_t fanout__double_to_bits(double d)
  * Bump a statistic of fanout_stats().  relaxed: counters only; nothing is
  * read through them, each is exact once the engine is quiet, and the one
  * ordering stats promise (completed <= dispatched + runs) comes from the
- * release increment of st_completed in finalise (join.c).
+ * release increment of finish_seq in finalise (join.c).
  */
 static inline void fanout__stat_add(_Atomic uint64_t *counter, uint64_t n)
 {

@@ -116,7 +116,9 @@ static void release_parked(struct record *rec)
 	}
 }
 
-static void finalise(struct record *rec)
+/* @local: the fanout_run caller finalises its own record on its own thread
+ * (it knows, so nobody signals it); see fanout__run_own. */
+static void finalise(struct record *rec, bool local)
 {
 	struct fanout_engine *e = rec->e;
 	struct fanout_event *ev = &rec->ev;
@@ -192,16 +194,17 @@ static void finalise(struct record *rec)
 	rec->done_status = (uint8_t)ev->status;
 	rec->done_cancelled = ev->cancelled;
 	FANOUT_PROBE_BATCH_DONE(rec->id, ev->status, nc, ne, ni);
-	/* relaxed: finish_seq needs only the RMW's total order (it is read by
-	 * other finalisers through the kept[] CAS, acq_rel).  release on
-	 * st_completed: pairs with the acquire load in fanout_stats(), which
-	 * then sees this delegation's st_dispatched/st_runs increment (made
-	 * before the ring handoff) - snapshots never show completed > started. */
+	/* finish_seq is also fanout_stats()' count of completed delegations
+	 * (one RMW for both).  release: pairs with the acquire load there,
+	 * which then sees this delegation's st_dispatched/st_runs increment
+	 * (made before the ring handoff, or earlier on this thread) -
+	 * snapshots never show completed > started.  Other finalisers need
+	 * only the RMW's total order (they read finish_seq through the kept[]
+	 * CAS, acq_rel). */
 	rec->finish_seq = atomic_fetch_add_explicit(&e->finish_seq, 1,
-						    memory_order_relaxed);
+						    memory_order_release);
 	/* Before the event can be taken and freed (table.c, "Tombs"). */
 	fanout__table_tomb(e, rec);
-	atomic_fetch_add_explicit(&e->st_completed, 1, memory_order_release);
 
 	/* `state` turns FINISHED exactly when the event can be had, seen from
 	 * both sides: a lookup that reads FINISHED finds the event in the
@@ -218,16 +221,17 @@ static void finalise(struct record *rec)
 		atomic_fetch_sub_explicit(&e->async_running, 1,
 					  memory_order_release);
 		fanout__sink_publish(s, rec);
-		atomic_store_explicit(&rec->state, REC_FINISHED,
-				      memory_order_release);
-	} else {
-		atomic_store_explicit(&rec->state, REC_FINISHED,
-				      memory_order_release);
-		fq_done_signal(&rec->done_word);
 	}
+	atomic_store_explicit(&rec->state, REC_FINISHED, memory_order_release);
 	fanout__table_retire(e, rec);
 	fanout__read_unlock();
-	fanout__active_put(e, 1);
+	if (rec->background)
+		fanout__active_put(e, 1);
+	else if (!local)
+		/* The last touch: a synchronous record's unit of `active` is
+		 * dropped by its caller with the call's own, after this wakes
+		 * it (fanout_run), so shutdown waits for it as before. */
+		fq_done_signal(&rec->done_word);
 }
 
 /* Hand @n finished children to the join counter; the one that takes it to
@@ -238,7 +242,7 @@ void fanout__join_sub(struct record *rec, uint32_t n)
 {
 	if (atomic_fetch_sub_explicit(&rec->remaining, n,
 				      memory_order_acq_rel) == n)
-		finalise(rec);
+		finalise(rec, false);
 }
 
 /* ----------------------------------------------------------------- run */
@@ -555,9 +559,10 @@ static void run_chunk(struct record *rec, struct progress_slot *prog,
 
 /* A runner is through: count what it ran and hand its finished children
  * to the join counter in ONE subtraction; the one that takes it to zero
- * finalises.  @prog: its progress slot, or NULL. */
-static void runner_done(struct record *rec, struct progress_slot *prog,
-			const struct tally *t)
+ * finalises.  @prog: its progress slot, or NULL.  @local: the fanout_run
+ * caller's own run.  Returns whether this runner finalised. */
+static bool runner_done(struct record *rec, struct progress_slot *prog,
+			const struct tally *t, bool local)
 {
 	struct fanout_engine *e = rec->e;
 	int self;
@@ -577,7 +582,7 @@ static void runner_done(struct record *rec, struct progress_slot *prog,
 		fanout__stat_add(&e->st_helper_children, t->ran);
 	}
 	if (!t->done)
-		return;
+		return false;
 	/* Hand the progress over to `remaining`: clearing first means a
 	 * concurrent lookup may lag for an instant, never count a child
 	 * twice.  relaxed: as above. */
@@ -591,8 +596,10 @@ static void runner_done(struct record *rec, struct progress_slot *prog,
 		 * child only has library code left. */
 		if (!tls_child)
 			fq_tail(e->q);
-		finalise(rec);
+		finalise(rec, local);
+		return true;
 	}
+	return false;
 }
 
 /*
@@ -709,18 +716,19 @@ static int park(struct record *rec)
 	return 1;
 }
 
-/* The fq_work function: one ring token (or the fanout_run caller).  The
- * runner takes chunks until none is left, then hands everything it
- * finished to the join counter in ONE subtraction, so `remaining` is
- * touched once per runner, not once per chunk. */
-void fanout__run_token(struct fq_work *w)
+/* One runner: a ring token, or (@local) the fanout_run caller.  It takes
+ * chunks until none is left, then hands everything it finished to the
+ * join counter in ONE subtraction, so `remaining` is touched once per
+ * runner, not once per chunk.  Returns whether it finalised. */
+static bool run_token(struct record *rec, bool local)
 {
-	struct record *rec = caa_container_of(w, struct record, work);
 	uint32_t n = rec->ntasks, chunk = rec->chunk;
-	/* relaxed: a distinct index is all we need (RMW total order).  A
-	 * token resubmitted after parking has no slot of its own. */
-	uint32_t slot = atomic_fetch_add_explicit(&rec->runner_next, 1,
-						  memory_order_relaxed);
+	/* The caller has slot 0 (a synchronous record hands out from 1);
+	 * relaxed: a distinct index is all the others need (RMW total
+	 * order).  A token resubmitted after parking has no slot of its own. */
+	uint32_t slot = local ? 0 :
+				atomic_fetch_add_explicit(&rec->runner_next, 1,
+							  memory_order_relaxed);
 	struct progress_slot *prog =
 		slot < rec->nrunners ? &rec->progress[slot] : NULL;
 	struct tally t = {0, 0, 0, false};
@@ -778,10 +786,33 @@ void fanout__run_token(struct fq_work *w)
 				force = true;
 			continue;
 		}
+		/* The claim reached the end: another claim would only say so
+		 * (one RMW per runner saved, as in fanout__help_step).  Ranges
+		 * handed back by others are not ours to wait for: their
+		 * parked tokens come back for them (give_place). */
+		if (end == n)
+			break;
 		chunk = next_chunk(rec, chunk, end, cycles);
 	}
-	runner_done(rec, prog, &t);
+	return runner_done(rec, prog, &t, local);
+}
+
+/* The fq_work function: a ring token, holding one record reference. */
+void fanout__run_token(struct fq_work *w)
+{
+	struct record *rec = caa_container_of(w, struct record, work);
+
+	run_token(rec, false);
 	fanout__rec_put(rec, 1);
+}
+
+/* The fanout_run caller's own run of its record.  It holds no reference
+ * of its own: the event's, which it will be handed, keeps the record.
+ * Returns true when it finalised the record itself (then nothing signals
+ * done_word, and there is nothing to wait for). */
+bool fanout__run_own(struct record *rec)
+{
+	return run_token(rec, true);
 }
 
 /*
@@ -852,7 +883,7 @@ bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *), void *arg)
 		}
 		chunk = next_chunk(rec, chunk, end, cycles);
 	}
-	runner_done(rec, NULL, &t);
+	runner_done(rec, NULL, &t, false);
 	fanout__rec_put(rec, 1); /* ours, or the token's if it is used up */
 	return true;
 }

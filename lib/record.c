@@ -412,7 +412,8 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 						 sizeof(struct progress_slot));
 	for (i = 0; i < nrunners; i++)
 		atomic_init(&rec->progress[i].n, 0);
-	atomic_init(&rec->runner_next, 0);
+	/* A synchronous record's caller runs in slot 0 (fanout__run_own). */
+	atomic_init(&rec->runner_next, background ? 0 : 1);
 	rec->owned = (uint8_t *)(slots + ntask_slots);
 	memset(rec->owned, 0, n);
 	area = (char *)rec->owned + n;

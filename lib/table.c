@@ -282,13 +282,17 @@ int fanout__table_reserve(struct fanout_engine *e, struct record *rec)
 			break;
 	}
 	c = chunk_of(t, slot);
+	/* relaxed, and no RMW: the slot is ours alone until it is pushed
+	 * back (the pop's acquire saw the last owner's release push), and
+	 * nobody else reads the count. */
+	gen = atomic_load_explicit(&c->gen[slot & (CHUNK - 1)],
+				   memory_order_relaxed);
 	do {
-		/* relaxed: the slot is ours; the count only has to grow. */
-		gen = atomic_fetch_add_explicit(&c->gen[slot & (CHUNK - 1)], 1,
-						memory_order_relaxed) +
-		      1;
+		gen++;
 		raw = (gen & GEN_MASK) << SLOT_BITS | slot;
 	} while ((raw ^ t->key) == 0);
+	atomic_store_explicit(&c->gen[slot & (CHUNK - 1)], gen,
+			      memory_order_relaxed);
 	rec->id = raw ^ t->key;
 	return 0;
 }
@@ -304,9 +308,11 @@ void fanout__table_insert(struct fanout_engine *e, struct record *rec)
 	FQ_HANDOFF_RELEASE(rec);
 	/* release: a reader that loads the pointer sees the record. */
 	atomic_store_explicit(&c->rec[i], rec, memory_order_release);
-	/* release: a walker that sees the bit sees the pointer. */
+	/* release: a walker that sees the bit sees the pointer.  seq_cst:
+	 * also the store of deleg.c's insert; fence; load of `shutting`
+	 * (recheck), whose walkers load this word after their fence. */
 	atomic_fetch_or_explicit(&c->used[i / 64], 1ull << (i % 64),
-				 memory_order_release);
+				 memory_order_seq_cst);
 }
 
 /* What @id's slot holds now: a record, a tagged tomb or NULL (also for an
