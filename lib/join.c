@@ -212,7 +212,6 @@ static void finalise(struct record *rec, bool local)
 	 * took the event sees FINISHED in lookup (so the consumer stores it
 	 * too, in the sink's take(); both are release stores after ev was
 	 * written).  A synchronous caller is woken only after the store. */
-	fanout__read_lock(); /* publish and pruning run under the read lock */
 	if (rec->background) {
 		struct fanout_sink *s = rec->sink;
 
@@ -220,11 +219,22 @@ static void finalise(struct record *rec, bool local)
 		 * release: pairs with the acquire fetch_add in dispatch. */
 		atomic_fetch_sub_explicit(&e->async_running, 1,
 					  memory_order_release);
+		/* The read lock keeps the sink (sink.c) and the record: once
+		 * published, its event may be taken and freed at once. */
+		fanout__read_lock();
 		fanout__sink_publish(s, rec);
+		atomic_store_explicit(&rec->state, REC_FINISHED,
+				      memory_order_release);
+		fanout__table_retire(e, rec);
+		fanout__read_unlock();
+	} else {
+		/* Nobody has the event before the wake-up below, so the
+		 * record needs no read lock, and pruning needs none of its
+		 * own (table.c, "Pruning"). */
+		atomic_store_explicit(&rec->state, REC_FINISHED,
+				      memory_order_release);
+		fanout__table_retire(e, rec);
 	}
-	atomic_store_explicit(&rec->state, REC_FINISHED, memory_order_release);
-	fanout__table_retire(e, rec);
-	fanout__read_unlock();
 	if (rec->background)
 		fanout__active_put(e, 1);
 	else if (!local)

@@ -64,10 +64,12 @@
  * by the arrival of a record with finish_seq >= r.finish_seq + K in the same
  * slot; finish_seq values are taken in finalisation order, so at least K
  * delegations finished after r: invariant 4 of the design.  Eviction =
- * exchanging its slot's pointer for NULL (inside the read lock), which
- * hands the table's reference to the evicter if the pointer was still the
- * record (the swap to the tomb dropped it otherwise: one RMW order on the
- * slot decides), then pushing the slot back.
+ * exchanging its slot's pointer for NULL, which hands the table's
+ * reference to the evicter if the pointer was still the record (the swap
+ * to the tomb dropped it otherwise: one RMW order on the slot decides),
+ * then pushing the slot back.  Pruning needs no read lock: it touches
+ * the kept ring, tombs and slot chunks, which live as long as the table,
+ * and a record only through the reference the exchange gave it.
  */
 #include "internal.h"
 
@@ -412,8 +414,8 @@ bool fanout__table_finished(struct fanout_engine *e, fanout_id id)
 
 /* Empty slot @slot (its record finished, its tomb left the kept ring):
  * exchange the pointer for NULL - if it was still the record, the table's
- * reference is ours to drop - and push the slot back.  Caller holds the
- * read lock. */
+ * reference is ours to drop - and push the slot back.  No read lock
+ * needed (see "Pruning"). */
 static void evict(struct fanout_engine *e, uint32_t slot)
 {
 	struct slot_chunk *c = chunk_of(e->table, slot);
@@ -516,7 +518,7 @@ uint32_t fanout__table_compact(struct record *rec)
 	return 1;
 }
 
-/* The finaliser, after publishing, with the read lock held: see "Pruning". */
+/* The finaliser, after publishing; no read lock needed: see "Pruning". */
 void fanout__table_retire(struct fanout_engine *e, struct record *rec)
 {
 	_Atomic(struct fanout_tomb *) *kslot =
