@@ -150,7 +150,7 @@ int main(int argc, char **argv)
 				    .max_tasks = 1u << 20};
 	const char *prog = NULL, *conc = "16";
 	unsigned n = 20000, iters = 300, nw = 2, i;
-	struct fanout_engine *e;
+	struct fanout_engine *e = NULL;
 	struct fanout_nats *nn, *n1;
 	struct nats_srv srv;
 	pid_t w[16];
@@ -181,12 +181,22 @@ int main(int argc, char **argv)
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (nats_srv_start(&srv) || fanout_create(&cfg, &e) ||
-	    fanout_nats_open(srv.url, &no, &nn))
+	if (nats_srv_start(&srv))
 		return 1;
+	/* A failure below must not leave the server behind (it would hold
+	 * the caller's pipe open). */
+	if (fanout_create(&cfg, &e) || fanout_nats_open(srv.url, &no, &nn)) {
+		fanout_destroy(e);
+		nats_srv_stop(&srv);
+		return 1;
+	}
 	no.publish_window = 64;
-	if (fanout_nats_open(srv.url, &no, &n1))
+	if (fanout_nats_open(srv.url, &no, &n1)) {
+		fanout_nats_close(nn);
+		fanout_destroy(e);
+		nats_srv_stop(&srv);
 		return 1;
+	}
 	for (i = 0; i < nw; i++) {
 		char *av[] = {(char *)prog, "--url", srv.url,
 			      "--kind",	    "bench", "--concurrency",
