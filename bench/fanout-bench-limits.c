@@ -35,6 +35,15 @@
  *              interleaved, the time per pair: what two independent misses
  *              cost when they overlap.  The floor of fanout_lookup() at 1M
  *              records, whose table cannot fit any cache (bar 8).
+ *   clocks     what the delegation contract's timestamps cost here: one
+ *              CLOCK_MONOTONIC read (an event's dispatched_ns and
+ *              completed_ns; the vDSO, on a VM through the paravirtual
+ *              clock page) and one tick-counter read (a child's duration,
+ *              the library's fq_cycles(): RDTSC on x86), back to back;
+ *   locked RMW one uncontended lock-prefixed add on a private line behind
+ *              a plain store, less the same loop with a plain add: what
+ *              each atomic read-modify-write or seq_cst fence of the
+ *              synchronous path costs (bars 2 and 3; PROFILE phase 9).
  *
  * With one CPU the pinned pairs share it; the figures are then what that
  * machine can do, and still the reference for the ratios.
@@ -50,7 +59,11 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
 
 struct pair {
 	void *(*fn_a)(void *);
@@ -270,6 +283,67 @@ static double syscall_ns(uint64_t n)
 	return (double)(bench_now_ns() - t0) / (double)n;
 }
 
+static volatile uint64_t clock_sink;
+
+static double clock_read_ns(uint64_t n)
+{
+	uint64_t t0 = bench_now_ns(), acc = 0;
+
+	for (uint64_t i = 0; i < n; i++) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		acc += (uint64_t)ts.tv_nsec;
+	}
+	clock_sink = acc;
+	return (double)(bench_now_ns() - t0) / (double)n;
+}
+
+static double tick_read_ns(uint64_t n)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	uint64_t t0 = bench_now_ns(), acc = 0;
+
+	for (uint64_t i = 0; i < n; i++)
+		acc += __rdtsc();
+	clock_sink = acc;
+	return (double)(bench_now_ns() - t0) / (double)n;
+#else
+	return clock_read_ns(n); /* the library's ticks are the clock */
+#endif
+}
+
+/* 8 lines, one word each: a store and an RMW per step, as the sync path
+ * writes its record between its RMWs. */
+static _Atomic uint64_t rmw_line[8 * 8];
+static uint64_t rmw_plain[16 * 8];
+
+static double locked_rmw_ns(uint64_t n)
+{
+	uint64_t t0 = bench_now_ns(), t1, t2;
+
+	for (uint64_t i = 0; i < n; i++) {
+		rmw_plain[(i & 15) * 8] += i;
+		/* relaxed: still a lock-prefixed instruction on x86. */
+		atomic_fetch_add_explicit(&rmw_line[(i & 7) * 8], 1,
+					  memory_order_relaxed);
+	}
+	t1 = bench_now_ns();
+	for (uint64_t i = 0; i < n; i++) {
+		rmw_plain[(i & 15) * 8] += i;
+		/* relaxed load and store: the same work without the lock. */
+		atomic_store_explicit(
+			&rmw_line[(i & 7) * 8],
+			atomic_load_explicit(&rmw_line[(i & 7) * 8],
+					     memory_order_relaxed) +
+				1,
+			memory_order_relaxed);
+	}
+	t2 = bench_now_ns();
+	clock_sink = rmw_plain[0];
+	return ((double)(t1 - t0) - (double)(t2 - t1)) / (double)n;
+}
+
 static double run_pair_h(void *(*a)(void *), void *(*b)(void *), uint64_t iters,
 			 bool ring, uint64_t gap_ns, struct bench_hist *h)
 {
@@ -400,7 +474,8 @@ static long huge_kb(const void *p)
 double bench_limit_pingpong, bench_limit_ring, bench_limit_futex,
 	bench_limit_futex_idle, bench_limit_rt_p50, bench_limit_rt_p999,
 	bench_limit_dram, bench_limit_dram_huge, bench_limit_syscall,
-	bench_limit_yield;
+	bench_limit_yield, bench_limit_clock, bench_limit_tick,
+	bench_limit_rmw;
 
 /*
  * The limits are measured in two sets, at the start and at the end of the
@@ -410,7 +485,8 @@ double bench_limit_pingpong, bench_limit_ring, bench_limit_futex,
 #define LIM_MAX_ROUNDS 128
 static double lim_pp[LIM_MAX_ROUNDS], lim_rg[LIM_MAX_ROUNDS],
 	lim_fx[LIM_MAX_ROUNDS], lim_d4[LIM_MAX_ROUNDS], lim_dh[LIM_MAX_ROUNDS],
-	lim_d2[LIM_MAX_ROUNDS], lim_sc[LIM_MAX_ROUNDS], lim_yl[LIM_MAX_ROUNDS];
+	lim_d2[LIM_MAX_ROUNDS], lim_sc[LIM_MAX_ROUNDS], lim_yl[LIM_MAX_ROUNDS],
+	lim_ck[LIM_MAX_ROUNDS], lim_tk[LIM_MAX_ROUNDS], lim_rw[LIM_MAX_ROUNDS];
 static unsigned lim_n;
 static struct bench_hist *lim_hi, *lim_rt;
 static struct chase lim_c4, lim_ch;
@@ -454,6 +530,9 @@ void bench_limits(void)
 		lim_d2[lim_n] = chase_run(&lim_c4, ndr / 2, true);
 		lim_sc[lim_n] = syscall_ns(nsc);
 		lim_yl[lim_n] = yield_switch_ns(nsc / 2);
+		lim_ck[lim_n] = clock_read_ns(nsc * 20);
+		lim_tk[lim_n] = tick_read_ns(nsc * 20);
+		lim_rw[lim_n] = locked_rmw_ns(nsc * 50);
 	}
 	bench_limit_pingpong = bench_median(lim_pp, lim_n);
 	bench_limit_ring = bench_median(lim_rg, lim_n);
@@ -465,6 +544,9 @@ void bench_limits(void)
 	bench_limit_dram_huge = bench_median(lim_dh, lim_n);
 	bench_limit_syscall = bench_median(lim_sc, lim_n);
 	bench_limit_yield = bench_median(lim_yl, lim_n);
+	bench_limit_clock = bench_median(lim_ck, lim_n);
+	bench_limit_tick = bench_median(lim_tk, lim_n);
+	bench_limit_rmw = bench_median(lim_rw, lim_n);
 }
 
 /* One limit's line: the median over @n rounds of @v, min and max. */
@@ -502,6 +584,12 @@ void bench_limits_report(void)
 		      "ns", BENCH_LOWER);
 	bench_fig_add("limits", "sched_yield switch on one CPU", "limit",
 		      bench_limit_yield, "ns", BENCH_LOWER);
+	bench_fig_add("limits", "CLOCK_MONOTONIC read", "limit",
+		      bench_limit_clock, "ns", BENCH_LOWER);
+	bench_fig_add("limits", "tick read", "limit", bench_limit_tick, "ns",
+		      BENCH_LOWER);
+	bench_fig_add("limits", "locked RMW behind a store", "limit",
+		      bench_limit_rmw, "ns", BENCH_LOWER);
 	FILE *f = bench_opt.out;
 	fprintf(f,
 		"\n== physical limits (threads pinned to CPU %d and %d; per "
@@ -549,4 +637,10 @@ void bench_limits_report(void)
 	lim_line(f, "system call (getppid)", lim_sc, n, "");
 	lim_line(f, "sched_yield switch, one CPU", lim_yl, n,
 		 ": two threads on CPU 0 yielding to each other, per switch");
+	lim_line(f, "CLOCK_MONOTONIC read", lim_ck, n,
+		 ": clock_gettime, back to back");
+	lim_line(f, "tick read", lim_tk, n,
+		 ": the library's child-duration counter, back to back");
+	lim_line(f, "locked RMW behind a store", lim_rw, n,
+		 ": a lock-prefixed add less a plain one");
 }
