@@ -76,34 +76,11 @@ struct retry {
 	natsMsg *msg;
 };
 
-/*
- * A durable pull consumer read by hand: pull requests published to
- * $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer> with a private inbox as
- * their reply subject, and the inbox read with natsSubscription_NextMsg.
- * Not natsSubscription_Fetch: in libnats before 3.10 (Debian 12 ships
- * 3.4.1) it writes past its message array when messages of an earlier,
- * expired request are still queued when it starts (nats.c #749, fixed by
- * 8099b5c9): bench-remote aborted with "malloc(): unaligned fastbin chunk
- * detected" in about one run of three, and ASan put it in fetch_some.
- * A call asks for a batch unless its last request is still open (not
- * served in full, not ended by the server with a 404, 408 or 409, and
- * its wait not over); it reads one message at a time, so a message of an
- * older request that comes late is simply read as one of this request's,
- * and nothing can overrun.  Only the pump thread uses a puller.
- */
-struct puller {
-	natsSubscription *inbox; /* core subscription on reply */
-	natsInbox *reply;
-	char next[160];		 /* the consumer's MSG.NEXT subject */
-	int asked;		 /* messages asked for and not yet seen */
-	uint64_t open_until_ms;	 /* the last request's wait ends */
-};
-
 struct fanout_nats {
 	natsConnection *nc;
 	jsCtx *js;
 	natsSubscription *rsub, *asub; /* bind the consumers, never read */
-	struct puller rpull, apull;
+	struct fnats_puller rpull, apull; /* read them (nats_common.c) */
 	struct kind_ent *kinds;
 	unsigned nkinds;
 	char id[FNATS_ID_MAX + 1];
@@ -559,100 +536,27 @@ static void handle_advisory(struct fanout_nats *n, natsMsg *msg)
 	finish(r, -EHOSTDOWN, text);
 }
 
-static int puller_open(struct puller *p, natsConnection *nc,
-		       const char *stream, const char *consumer)
-{
-	memset(p, 0, sizeof(*p));
-	if (snprintf(p->next, sizeof(p->next),
-		     "$JS.API.CONSUMER.MSG.NEXT.%s.%s", stream,
-		     consumer) >= (int)sizeof(p->next))
-		return -ENAMETOOLONG;
-	if (natsInbox_Create(&p->reply) != NATS_OK)
-		return -ENOMEM;
-	if (natsConnection_SubscribeSync(&p->inbox, nc, p->reply) != NATS_OK) {
-		natsInbox_Destroy(p->reply);
-		p->reply = NULL;
-		return -EPROTO;
-	}
-	return 0;
-}
-
-static void puller_close(struct puller *p)
-{
-	if (p->inbox)
-		natsSubscription_Destroy(p->inbox);
-	if (p->reply)
-		natsInbox_Destroy(p->reply);
-	memset(p, 0, sizeof(*p));
-}
-
-/* A status message (no data, a Status header): the server's word on the
- * request (404 none, 408 expired, 409 refused; 100 a heartbeat). */
-static bool status_of(natsMsg *m, const char **code)
-{
-	return natsMsg_GetDataLength(m) == 0 &&
-	       natsMsgHeader_Get(m, "Status", code) == NATS_OK && *code;
-}
-
 /* Hand up to @batch messages of @p's consumer to @handle, acking each
- * after it; wait up to @wait_ms for the first.  A new request goes out
- * when none is outstanding; it asks the server to wait as long as we do. */
-static void fetch_some(struct fanout_nats *n, struct puller *p, int batch,
-		       int wait_ms,
+ * after it; wait up to @wait_ms for the first.  A request goes out when
+ * none is open; it asks the server to wait as long as we do. */
+static void fetch_some(struct fanout_nats *n, struct fnats_puller *p,
+		       int batch, int wait_ms,
 		       void (*handle)(struct fanout_nats *, natsMsg *))
 {
-	uint64_t now = fnats_now_ms(), until = now + (uint64_t)wait_ms;
-	char req[96];
+	uint64_t until = fnats_now_ms() + (uint64_t)wait_ms;
+	int i, err;
 
-	for (;;) {
+	for (i = 0; i < batch; i++) {
 		natsMsg *m = NULL;
-		const char *code = NULL;
-		natsStatus s;
 
-		now = fnats_now_ms();
-		if (!p->asked || now >= p->open_until_ms) {
-			snprintf(req, sizeof(req),
-				 "{\"batch\":%d,\"expires\":%lld}", batch,
-				 (long long)wait_ms * 1000000ll);
-			if (natsConnection_PublishRequestString(
-				    n->nc, p->next, p->reply, req) != NATS_OK) {
-				usleep(20000); /* reconnecting */
-				return;
-			}
-			p->asked = batch;
-			p->open_until_ms = now + (uint64_t)wait_ms;
-		}
-		if (now >= until)
-			return;
-		s = natsSubscription_NextMsg(&m, p->inbox,
-					     (int64_t)(until - now));
-		if (s == NATS_TIMEOUT)
-			return;
-		if (s != NATS_OK) {
-			p->asked = 0;
-			usleep(20000); /* disconnected: the client reconnects */
+		err = fnats_pull(p, batch, false, until, &m);
+		if (err) {
+			if (err != -ETIMEDOUT && err != -EAGAIN)
+				usleep(20000); /* the client is reconnecting */
 			return;
 		}
-		if (status_of(m, &code)) {
-			/* @code points into @m */
-			bool beat = !strncmp(code, "100", 3);
-			bool over = !strncmp(code, "404", 3) ||
-				    !strncmp(code, "408", 3);
-
-			natsMsg_Destroy(m);
-			if (beat)
-				continue;
-			p->asked = 0; /* this request is over */
-			if (!over)
-				return; /* refused (409): not again at once */
-			continue;
-		}
-		if (p->asked > 0)
-			p->asked--;
 		handle(n, m);
-		if (natsMsg_GetReply(m) && *natsMsg_GetReply(m))
-			natsConnection_PublishString(n->nc, natsMsg_GetReply(m),
-						     "+ACK");
+		fnats_ack(n->nc, m, FNATS_ACK);
 		natsMsg_Destroy(m);
 		if (!p->asked)
 			return; /* served in full: one batch per call */
@@ -710,8 +614,8 @@ static void destroy(struct fanout_nats *n, bool delete_consumers)
 		po.MaxWait = 1000;
 		js_PublishAsyncComplete(n->js, &po);
 	}
-	puller_close(&n->rpull);
-	puller_close(&n->apull);
+	fnats_puller_close(&n->rpull);
+	fnats_puller_close(&n->apull);
 	if (n->rsub)
 		natsSubscription_Destroy(n->rsub);
 	if (n->asub)
@@ -808,11 +712,11 @@ int fanout_nats_open(const char *url, const struct fanout_nats_opts *o,
 		err = pull_sub(n, &n->asub, FNATS_ADV_STREAM, FNATS_ADV_SUBJECT,
 			       n->adv_durable, true);
 	if (!err)
-		err = puller_open(&n->rpull, n->nc, FNATS_RESULTS_STREAM,
-				  n->result_durable);
+		err = fnats_puller_open(&n->rpull, n->nc, FNATS_RESULTS_STREAM,
+					n->result_durable);
 	if (!err)
-		err = puller_open(&n->apull, n->nc, FNATS_ADV_STREAM,
-				  n->adv_durable);
+		err = fnats_puller_open(&n->apull, n->nc, FNATS_ADV_STREAM,
+					n->adv_durable);
 	if (err)
 		goto out_free;
 	if (pthread_create(&n->thread, NULL, pump, n)) {

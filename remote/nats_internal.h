@@ -61,10 +61,40 @@ FANOUT_NATS_HIDDEN int fnats_decode_outcome(const char *buf, size_t len,
 					    struct fnats_outcome *o,
 					    char **error_copy);
 FANOUT_NATS_HIDDEN uint64_t fnats_now_ms(void);
-/* Fetch up to @batch messages: what is available at once, or else wait
- * up to @wait_ms for one.  Return: 0 with list->Count > 0; -ETIMEDOUT
- * when nothing came; another negative errno (disconnected, ...). */
-FANOUT_NATS_HIDDEN int fnats_fetch(natsSubscription *sub, natsMsgList *list,
-				   int batch, int wait_ms);
+/* A durable pull consumer read by hand (nats_common.c, "Pulling"). */
+struct fnats_puller {
+	natsConnection *nc;
+	natsSubscription *inbox; /* core subscription on reply */
+	natsInbox *reply;
+	char next[160];		/* the consumer's MSG.NEXT subject */
+	int asked;		/* messages asked for and not yet seen */
+	uint64_t open_until_ms; /* the last request's wait ends */
+};
+
+FANOUT_NATS_HIDDEN int fnats_puller_open(struct fnats_puller *p,
+					 natsConnection *nc,
+					 const char *stream,
+					 const char *consumer);
+FANOUT_NATS_HIDDEN void fnats_puller_close(struct fnats_puller *p);
+/* The consumer's next message into *@msg (the caller's), asking for
+ * @batch when no request is open: with @no_wait only for what is there
+ * now, else waiting until @until_ms (fnats_now_ms()).  Return: 0;
+ * -ETIMEDOUT when nothing came (with @no_wait: nothing is there); -EAGAIN
+ * when the server refused the request (409); another negative errno
+ * (disconnected, ...). */
+FANOUT_NATS_HIDDEN int fnats_pull(struct fnats_puller *p, int batch,
+				  bool no_wait, uint64_t until_ms,
+				  natsMsg **msg);
+/* Acknowledge a message read through a puller: FNATS_ACK, _NAK, _WPI
+ * (in progress, keep it) or _TERM (never redeliver). */
+#define FNATS_ACK "+ACK"
+#define FNATS_NAK "-NAK"
+#define FNATS_WPI "+WPI"
+#define FNATS_TERM "+TERM"
+FANOUT_NATS_HIDDEN int fnats_ack(natsConnection *nc, natsMsg *msg,
+				 const char *how);
+/* Which delivery of its message @msg is (1 = the first), from its
+ * JetStream reply subject; 1 when that cannot be read. */
+FANOUT_NATS_HIDDEN unsigned fnats_delivery(natsMsg *msg);
 
 #endif

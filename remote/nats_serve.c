@@ -44,7 +44,8 @@ struct server {
 	struct fnats_names nm;
 	natsConnection *nc;
 	jsCtx *js;
-	natsSubscription *sub, *csub;
+	natsSubscription *sub, *csub; /* sub binds the consumer, never read */
+	struct fnats_puller pull;     /* reads it (nats_common.c) */
 	struct fanout_engine *e;
 	struct fanout_sink *sink;
 	struct job head; /* running, a ring */
@@ -164,7 +165,7 @@ static void result_ack(jsCtx *js, natsMsg *m, jsPubAck *pa, jsPubAckErr *pae,
 	natsMsg_Destroy(m);
 	if (!j)
 		return;
-	natsMsg_Ack(j->msg, NULL); /* only now: the outcome is stored */
+	fnats_ack(sv->nc, j->msg, FNATS_ACK); /* only now: the outcome is stored */
 	job_free(j);
 }
 
@@ -238,7 +239,7 @@ static void answer_unrun(struct server *sv, natsMsg *msg, const char *reply,
 	struct job *j = job_for_outcome(msg, reply, key, delivery, &r);
 
 	if (!j) {
-		natsMsg_Nak(msg, NULL);
+		fnats_ack(sv->nc, msg, FNATS_NAK);
 		natsMsg_Destroy(msg);
 		return;
 	}
@@ -248,8 +249,7 @@ static void answer_unrun(struct server *sv, natsMsg *msg, const char *reply,
 static void start(struct server *sv, natsMsg *msg)
 {
 	const char *key = NULL, *reply = NULL;
-	jsMsgMetaData *meta = NULL;
-	unsigned delivery = 1;
+	unsigned delivery;
 	struct fanout_task t;
 	struct fanout_batch b;
 	struct job *j;
@@ -257,21 +257,18 @@ static void start(struct server *sv, natsMsg *msg)
 	if (natsMsgHeader_Get(msg, FNATS_HDR_KEY, &key) != NATS_OK ||
 	    natsMsgHeader_Get(msg, FNATS_HDR_REPLY, &reply) != NATS_OK ||
 	    !key || !reply || strlen(key) >= FNATS_KEY_MAX) {
-		natsMsg_Term(msg, NULL); /* not ours: never redeliver it */
+		fnats_ack(sv->nc, msg, FNATS_TERM); /* not ours: never redeliver it */
 		natsMsg_Destroy(msg);
 		return;
 	}
-	if (natsMsg_GetMetaData(&meta, msg) == NATS_OK) {
-		delivery = (unsigned)meta->NumDelivered;
-		jsMsgMetaData_Destroy(meta);
-	}
+	delivery = fnats_delivery(msg);
 	if (ring_has(sv, key)) {
 		answer_unrun(sv, msg, reply, key, delivery);
 		return;
 	}
 	j = calloc(1, sizeof(*j));
 	if (!j) {
-		natsMsg_Nak(msg, NULL);
+		fnats_ack(sv->nc, msg, FNATS_NAK);
 		natsMsg_Destroy(msg);
 		return;
 	}
@@ -297,7 +294,7 @@ static void start(struct server *sv, natsMsg *msg)
 	if (fanout_dispatch(sv->e, &b, &j->id)) {
 		j->prev->next = j->next;
 		j->next->prev = j->prev;
-		natsMsg_Nak(msg, NULL); /* another worker may take it */
+		fnats_ack(sv->nc, msg, FNATS_NAK); /* another worker may take it */
 		natsMsg_Destroy(msg);
 		free(j);
 		return;
@@ -315,10 +312,10 @@ static void finish(struct server *sv, struct fanout_event *ev)
 	sv->running--;
 	if (sv->stopping && !j->cancelled && r->status == FANOUT_INTERRUPTED) {
 		/* Interrupted by our own stop: hand it to another worker. */
-		natsMsg_Nak(j->msg, NULL);
+		fnats_ack(sv->nc, j->msg, FNATS_NAK);
 		job_free(j);
 	} else if (fnats_encode_outcome(r, &j->body, &j->blen)) {
-		natsMsg_Nak(j->msg, NULL);
+		fnats_ack(sv->nc, j->msg, FNATS_NAK);
 		job_free(j);
 	} else {
 		send_outcome(sv, j);
@@ -342,7 +339,7 @@ static void progress(struct server *sv)
 	struct job *j;
 
 	for (j = sv->head.next; j != &sv->head; j = j->next)
-		natsMsg_InProgress(j->msg, NULL);
+		fnats_ack(sv->nc, j->msg, FNATS_WPI);
 }
 
 static int setup(struct server *sv, unsigned *conc)
@@ -400,12 +397,41 @@ static int setup(struct server *sv, unsigned *conc)
 			     NULL, &so, &jerr);
 	if (s != NATS_OK)
 		return s == NATS_NO_MEMORY ? -ENOMEM : -EPROTO;
+	err = fnats_puller_open(&sv->pull, sv->nc, sv->nm.stream,
+				sv->nm.durable);
+	if (err)
+		return err;
 	s = natsConnection_SubscribeSync(&sv->csub, sv->nc, sv->nm.cancel);
 	if (s == NATS_OK)
 		s = natsSubscription_SetPendingLimits(sv->csub, -1, -1);
 	if (s == NATS_OK)
 		s = natsConnection_Flush(sv->nc);
 	return s == NATS_OK ? 0 : fnats_errno(s);
+}
+
+/* Start the children that are there, up to @conc running: busy, only
+ * what is there now; idle, waiting up to 100 ms for one.  Returns how
+ * many it started, or a negative errno when it started none. */
+static int take(struct server *sv, unsigned conc)
+{
+	int want = (int)(conc - sv->running), got = 0, err = 0;
+	bool busy = sv->running > 0;
+	uint64_t until = fnats_now_ms() + (busy ? 0 : 100);
+
+	while (got < want) {
+		natsMsg *m = NULL;
+
+		/* What is there first; idle and given nothing, wait for
+		 * ONE (a batch of 1 is served as soon as it comes). */
+		err = fnats_pull(&sv->pull, want - got, true, until, &m);
+		if (err == -ETIMEDOUT && !busy && !got)
+			err = fnats_pull(&sv->pull, 1, false, until, &m);
+		if (err)
+			break;
+		start(sv, m);
+		got++;
+	}
+	return got ? got : err;
 }
 
 int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
@@ -436,21 +462,12 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 		drain_cancels(sv);
 		do_retries(sv);
 		if (sv->running < conc) {
-			natsMsgList list = {0};
-			int i, ferr;
+			int got = 0, ferr = take(sv, conc);
 
-			/* Idle: wait for a child; busy: take what is there. */
-			ferr = fnats_fetch(sv->sub, &list,
-					   (int)(conc - sv->running),
-					   sv->running ? 0 : 100);
-			if (ferr && ferr != -ETIMEDOUT)
+			if (ferr < 0 && ferr != -ETIMEDOUT && ferr != -EAGAIN)
 				usleep(50000); /* reconnecting */
-			for (i = 0; i < list.Count; i++) {
-				start(sv, list.Msgs[i]);
-				list.Msgs[i] = NULL;
-			}
-			natsMsgList_Destroy(&list);
-			reap(sv, list.Count || !sv->running ? 0 : 2);
+			got = ferr > 0 ? ferr : 0;
+			reap(sv, got || !sv->running ? 0 : 2);
 		} else {
 			reap(sv, 20);
 		}
@@ -489,6 +506,7 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 out:
 	if (sv->csub)
 		natsSubscription_Destroy(sv->csub);
+	fnats_puller_close(&sv->pull);
 	if (sv->sub)
 		natsSubscription_Destroy(sv->sub);
 	if (sv->nc)
