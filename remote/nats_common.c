@@ -348,7 +348,7 @@ int fnats_pull(struct fnats_puller *p, int batch, bool no_wait,
 				return -EAGAIN;
 			if (no_wait)
 				return -ETIMEDOUT;
-			continue; /* expired early: ask again while time is left */
+			continue; /* ended early: ask again, time is left */
 		}
 		if (p->asked > 0)
 			p->asked--;

@@ -165,7 +165,8 @@ static void result_ack(jsCtx *js, natsMsg *m, jsPubAck *pa, jsPubAckErr *pae,
 	natsMsg_Destroy(m);
 	if (!j)
 		return;
-	fnats_ack(sv->nc, j->msg, FNATS_ACK); /* only now: the outcome is stored */
+	/* only now: the outcome is stored */
+	fnats_ack(sv->nc, j->msg, FNATS_ACK);
 	job_free(j);
 }
 
@@ -257,7 +258,8 @@ static void start(struct server *sv, natsMsg *msg)
 	if (natsMsgHeader_Get(msg, FNATS_HDR_KEY, &key) != NATS_OK ||
 	    natsMsgHeader_Get(msg, FNATS_HDR_REPLY, &reply) != NATS_OK ||
 	    !key || !reply || strlen(key) >= FNATS_KEY_MAX) {
-		fnats_ack(sv->nc, msg, FNATS_TERM); /* not ours: never redeliver it */
+		/* not ours: never redeliver it */
+		fnats_ack(sv->nc, msg, FNATS_TERM);
 		natsMsg_Destroy(msg);
 		return;
 	}
@@ -294,7 +296,8 @@ static void start(struct server *sv, natsMsg *msg)
 	if (fanout_dispatch(sv->e, &b, &j->id)) {
 		j->prev->next = j->next;
 		j->next->prev = j->prev;
-		fnats_ack(sv->nc, msg, FNATS_NAK); /* another worker may take it */
+		/* another worker may take it */
+		fnats_ack(sv->nc, msg, FNATS_NAK);
 		natsMsg_Destroy(msg);
 		free(j);
 		return;
