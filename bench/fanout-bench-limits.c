@@ -474,8 +474,7 @@ static long huge_kb(const void *p)
 double bench_limit_pingpong, bench_limit_ring, bench_limit_futex,
 	bench_limit_futex_idle, bench_limit_rt_p50, bench_limit_rt_p999,
 	bench_limit_dram, bench_limit_dram_huge, bench_limit_syscall,
-	bench_limit_yield, bench_limit_clock, bench_limit_tick,
-	bench_limit_rmw;
+	bench_limit_yield, bench_limit_clock, bench_limit_tick, bench_limit_rmw;
 
 /*
  * The limits are measured in two sets, at the start and at the end of the

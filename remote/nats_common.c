@@ -311,8 +311,8 @@ int fnats_pull(struct fnats_puller *p, int batch, bool no_wait,
 					 "{\"batch\":%d,\"expires\":%" PRIu64
 					 "}",
 					 batch, wait * 1000000);
-			s = natsConnection_PublishRequestString(
-				p->nc, p->next, p->reply, req);
+			s = natsConnection_PublishRequestString(p->nc, p->next,
+								p->reply, req);
 			if (s != NATS_OK)
 				return fnats_errno(s);
 			p->asked = batch;

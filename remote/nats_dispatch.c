@@ -79,7 +79,7 @@ struct retry {
 struct fanout_nats {
 	natsConnection *nc;
 	jsCtx *js;
-	natsSubscription *rsub, *asub; /* bind the consumers, never read */
+	natsSubscription *rsub, *asub;	  /* bind the consumers, never read */
 	struct fnats_puller rpull, apull; /* read them (nats_common.c) */
 	struct kind_ent *kinds;
 	unsigned nkinds;
@@ -539,8 +539,8 @@ static void handle_advisory(struct fanout_nats *n, natsMsg *msg)
 /* Hand up to @batch messages of @p's consumer to @handle, acking each
  * after it; wait up to @wait_ms for the first.  A request goes out when
  * none is open; it asks the server to wait as long as we do. */
-static void fetch_some(struct fanout_nats *n, struct fnats_puller *p,
-		       int batch, int wait_ms,
+static void fetch_some(struct fanout_nats *n, struct fnats_puller *p, int batch,
+		       int wait_ms,
 		       void (*handle)(struct fanout_nats *, natsMsg *))
 {
 	uint64_t until = fnats_now_ms() + (uint64_t)wait_ms;

@@ -72,8 +72,7 @@ struct fnats_puller {
 };
 
 FANOUT_NATS_HIDDEN int fnats_puller_open(struct fnats_puller *p,
-					 natsConnection *nc,
-					 const char *stream,
+					 natsConnection *nc, const char *stream,
 					 const char *consumer);
 FANOUT_NATS_HIDDEN void fnats_puller_close(struct fnats_puller *p);
 /* The consumer's next message into *@msg (the caller's), asking for

@@ -190,9 +190,8 @@ static void test_roundtrip(void **state)
 static void test_result_stream(void **state)
 {
 	struct env *v = env_new(NULL);
-	struct fanout_config cfg = {.flags = FANOUT_NO_PIN,
-				    .workers = 2,
-				    .max_children = STREAM_N};
+	struct fanout_config cfg = {
+		.flags = FANOUT_NO_PIN, .workers = 2, .max_children = STREAM_N};
 	struct fanout_task *t = calloc(STREAM_N, sizeof(*t));
 	struct fanout_batch b = {.tasks = t, .ntasks = STREAM_N};
 	struct fanout_nats_stats st;
