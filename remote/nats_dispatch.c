@@ -551,8 +551,10 @@ static void fetch_some(struct fanout_nats *n, struct fnats_puller *p, int batch,
 
 		err = fnats_pull(p, batch, false, until, &m);
 		if (err) {
-			if (err != -ETIMEDOUT && err != -EAGAIN)
-				usleep(20000); /* the client is reconnecting */
+			/* reconnecting, or refused (409: the consumer gone,
+			 * too many waiting requests): not again at once */
+			if (err != -ETIMEDOUT)
+				usleep(20000);
 			return;
 		}
 		handle(n, m);

@@ -467,8 +467,9 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 		if (sv->running < conc) {
 			int got = 0, ferr = take(sv, conc);
 
-			if (ferr < 0 && ferr != -ETIMEDOUT && ferr != -EAGAIN)
-				usleep(50000); /* reconnecting */
+			/* reconnecting, or refused (409): not again at once */
+			if (ferr < 0 && ferr != -ETIMEDOUT)
+				usleep(50000);
 			got = ferr > 0 ? ferr : 0;
 			reap(sv, got || !sv->running ? 0 : 2);
 		} else {
