@@ -248,8 +248,10 @@ int fnats_decode_outcome(const char *buf, size_t len, struct fnats_outcome *o,
  * aborted on it ("malloc(): unaligned fastbin chunk detected") in 2 of 4
  * runs, and ASan put the overrun in the dispatcher's fetch.  A request for
  * a batch goes out when the last one is not open any more: served in
- * full, ended by the server (404 nothing there, 408 expired, 409
- * refused), or its wait over.  Reading one message at a time, a message
+ * full, ended by the server (404 nothing there, 408 expired or a no-wait
+ * request served short, 409 refused: a status that comes on the
+ * request's own reply subject, so one for an older request is ignored),
+ * or its wait over.  Reading one message at a time, a message
  * of an older request that comes late is read as one of the current
  * request's: nothing can overrun, nothing is dropped.  Messages read this
  * way have no libnats JetStream binding, so they are acknowledged by
@@ -259,6 +261,8 @@ int fnats_decode_outcome(const char *buf, size_t len, struct fnats_outcome *o,
 int fnats_puller_open(struct fnats_puller *p, natsConnection *nc,
 		      const char *stream, const char *consumer)
 {
+	char all[sizeof(p->cur)];
+
 	memset(p, 0, sizeof(*p));
 	p->nc = nc;
 	if (snprintf(p->next, sizeof(p->next),
@@ -267,7 +271,13 @@ int fnats_puller_open(struct fnats_puller *p, natsConnection *nc,
 		return -ENAMETOOLONG;
 	if (natsInbox_Create(&p->reply) != NATS_OK)
 		return -ENOMEM;
-	if (natsConnection_SubscribeSync(&p->inbox, nc, p->reply) != NATS_OK) {
+	/* One reply subject per request, <reply>.<seq>: the server's status
+	 * for a request comes on its own, so one for an older request is
+	 * told from the open one's (user messages come on their stream's
+	 * subject, whichever request they answer). */
+	snprintf(all, sizeof(all), "%s.*", p->reply);
+	if (strlen(p->reply) + 24 > sizeof(p->cur) ||
+	    natsConnection_SubscribeSync(&p->inbox, nc, all) != NATS_OK) {
 		natsInbox_Destroy(p->reply);
 		p->reply = NULL;
 		return -EPROTO;
@@ -311,8 +321,10 @@ int fnats_pull(struct fnats_puller *p, int batch, bool no_wait,
 					 "{\"batch\":%d,\"expires\":%" PRIu64
 					 "}",
 					 batch, wait * 1000000);
+			snprintf(p->cur, sizeof(p->cur), "%s.%" PRIu64,
+				 p->reply, ++p->seq);
 			s = natsConnection_PublishRequestString(p->nc, p->next,
-								p->reply, req);
+								p->cur, req);
 			if (s != NATS_OK)
 				return fnats_errno(s);
 			p->asked = batch;
@@ -339,9 +351,11 @@ int fnats_pull(struct fnats_puller *p, int batch, bool no_wait,
 			bool beat = !strncmp(code, "100", 3);
 			bool over = !strncmp(code, "404", 3) ||
 				    !strncmp(code, "408", 3);
+			/* an older request's end says nothing of this one */
+			bool stale = strcmp(natsMsg_GetSubject(m), p->cur) != 0;
 
 			natsMsg_Destroy(m); /* @code pointed into it */
-			if (beat)
+			if (beat || stale)
 				continue;
 			p->asked = 0;
 			if (!over)

@@ -64,9 +64,11 @@ FANOUT_NATS_HIDDEN uint64_t fnats_now_ms(void);
 /* A durable pull consumer read by hand (nats_common.c, "Pulling"). */
 struct fnats_puller {
 	natsConnection *nc;
-	natsSubscription *inbox; /* core subscription on reply */
+	natsSubscription *inbox; /* core subscription on <reply>.* */
 	natsInbox *reply;
 	char next[160];		/* the consumer's MSG.NEXT subject */
+	char cur[128];		/* the open request's <reply>.<seq> */
+	uint64_t seq;		/* requests sent */
 	int asked;		/* messages asked for and not yet seen */
 	uint64_t open_until_ms; /* the last request's wait ends */
 };
