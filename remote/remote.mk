@@ -15,7 +15,7 @@ REMOTE_DEPS := libnats-dev nats-server
 REMOTE_OK   := $(shell test -f /usr/include/nats/nats.h && echo yes)
 REMOTE_SRC  := $(sort $(wildcard remote/nats_*.c))
 REMOTE_HDR  := remote/fanout_nats.h remote/nats_internal.h include/fanout.h
-REMOTE_TESTS := test_remote
+REMOTE_TESTS := test_remote test_puller
 # TSan is not run on the remote suite: the tests fork real processes
 # (nats-server, workers) after libnats has started its threads, which TSan
 # refuses (die_after_fork), and Debian's libnats is not built with TSan,
@@ -60,6 +60,14 @@ build/$(1)/tests/test_remote: remote/tests/test_remote.c remote/tests/nats_harne
 	$$(CC) $$(BASE_CFLAGS) $$(REMOTE_CFLAGS) $$(CFLAGS_$(1)) $$(EXTRA_CFLAGS) $$< -o $$@ \
 		build/$(1)/libfanout-nats.a build/$(1)/libfanout.a -lnats -lcmocka \
 		$$(DEP_LIBS) $$(LIBS_$(1))
+
+# The puller's own test links nats_common's object, not the archive,
+# whose internal symbols are local: it checks the puller's state.
+build/$(1)/tests/test_puller: remote/tests/test_puller.c remote/tests/nats_harness.h \
+		build/$(1)/robj/nats_common.o
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(BASE_CFLAGS) $$(REMOTE_CFLAGS) $$(CFLAGS_$(1)) $$(EXTRA_CFLAGS) $$< -o $$@ \
+		build/$(1)/robj/nats_common.o -lnats -lcmocka $$(DEP_LIBS) $$(LIBS_$(1))
 endef
 $(foreach v,$(VARIANTS),$(eval $(call remote_rules,$(v))))
 
@@ -104,9 +112,10 @@ uninstall-remote:
 	      $(DESTDIR)$(LIBDIR)/libfanout-nats.so.$(VERSION) \
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/fanout-nats.pc $(DESTDIR)$(BINDIR)/fanout-worker
 
-remote-test: remote-deps $(foreach v,$(REMOTE_VARIANTS),build/$(v)/tests/test_remote)
+remote-test: remote-deps $(foreach v,$(REMOTE_VARIANTS),$(foreach t,$(REMOTE_TESTS),build/$(v)/tests/$(t)))
 	@for v in $(REMOTE_VARIANTS); do \
-		sh scripts/run-tests.sh $$v-remote $(TEST_TIMEOUT) build/$$v/tests/test_remote || exit 1; \
+		sh scripts/run-tests.sh $$v-remote $(TEST_TIMEOUT) \
+			$(foreach t,$(REMOTE_TESTS),build/$$v/tests/$(t)) || exit 1; \
 	done
 	@sh remote/check-install.sh
 
