@@ -561,34 +561,29 @@ void bench_limits_report(void)
 	unsigned n = lim_n;
 	if (!n)
 		return;
-	bench_fig_add("limits", "cache-line ping-pong RTT", "limit",
-		      bench_limit_pingpong, "ns", BENCH_LOWER);
-	bench_fig_add("limits", "ck_ring SPSC per item", "limit",
-		      bench_limit_ring, "ns", BENCH_LOWER);
-	bench_fig_add("limits", "futex wake RTT", "limit", bench_limit_futex,
-		      "ns", BENCH_LOWER);
-	bench_fig_add("limits", "round trip one at a time p50", "limit",
-		      bench_limit_rt_p50, "ns", BENCH_LOWER);
-	bench_fig_add("limits", "round trip one at a time p999", "limit",
-		      bench_limit_rt_p999, "ns", BENCH_LOWER);
-	bench_fig_add("limits", "futex wake RTT after 2 ms idle p50", "limit",
-		      bench_limit_futex_idle, "ns", BENCH_LOWER);
-	bench_fig_add("limits", "DRAM random read", "limit", bench_limit_dram,
-		      "ns", BENCH_LOWER);
-	bench_fig_add("limits", "DRAM random read, MADV_HUGEPAGE", "limit",
-		      bench_limit_dram_huge, "ns", BENCH_LOWER);
-	bench_fig_add("limits", "DRAM random read pair, overlapped", "limit",
-		      bench_median(lim_d2, n), "ns", BENCH_LOWER);
-	bench_fig_add("limits", "system call", "limit", bench_limit_syscall,
-		      "ns", BENCH_LOWER);
-	bench_fig_add("limits", "sched_yield switch on one CPU", "limit",
-		      bench_limit_yield, "ns", BENCH_LOWER);
-	bench_fig_add("limits", "CLOCK_MONOTONIC read", "limit",
-		      bench_limit_clock, "ns", BENCH_LOWER);
-	bench_fig_add("limits", "tick read", "limit", bench_limit_tick, "ns",
-		      BENCH_LOWER);
-	bench_fig_add("limits", "locked RMW behind a store", "limit",
-		      bench_limit_rmw, "ns", BENCH_LOWER);
+	/* The figures every limit adds to the run's record, in ns. */
+	const struct {
+		const char *metric;
+		double ns;
+	} figs[] = {
+		{"cache-line ping-pong RTT", bench_limit_pingpong},
+		{"ck_ring SPSC per item", bench_limit_ring},
+		{"futex wake RTT", bench_limit_futex},
+		{"round trip one at a time p50", bench_limit_rt_p50},
+		{"round trip one at a time p999", bench_limit_rt_p999},
+		{"futex wake RTT after 2 ms idle p50", bench_limit_futex_idle},
+		{"DRAM random read", bench_limit_dram},
+		{"DRAM random read, MADV_HUGEPAGE", bench_limit_dram_huge},
+		{"DRAM random read pair, overlapped", bench_median(lim_d2, n)},
+		{"system call", bench_limit_syscall},
+		{"sched_yield switch on one CPU", bench_limit_yield},
+		{"CLOCK_MONOTONIC read", bench_limit_clock},
+		{"tick read", bench_limit_tick},
+		{"locked RMW behind a store", bench_limit_rmw},
+	};
+	for (size_t i = 0; i < sizeof(figs) / sizeof(figs[0]); i++)
+		bench_fig_add("limits", figs[i].metric, "limit", figs[i].ns,
+			      "ns", BENCH_LOWER);
 	FILE *f = bench_opt.out;
 	fprintf(f,
 		"\n== physical limits (threads pinned to CPU %d and %d; per "
