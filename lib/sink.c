@@ -301,14 +301,17 @@ static uint64_t spin_end(struct fq *q, uint64_t now, uint64_t deadline)
  * until spin_ns is over); else sleeps on the sink's eventcount until an
  * event is published or the deadline passes.  Each step is a function.
  */
-#define WAIT_SPIN_CHECKS 64 /* emptiness checks between two clock reads */
-#define WAIT_YIELD_EVERY 8  /* while tokens wait, yield every 8th check */
+#define WAIT_SPIN_CHECKS 64    /* emptiness checks between two clock reads */
+#define WAIT_YIELD_EVERY 8     /* while tokens wait, yield every 8th check */
+#define WAIT_PATIENCE_NS 4000  /* a patient waiter does not yield before */
+#define WAIT_PATIENT_UNTAKEN 2 /* patient with at most 2 events untaken */
 
 struct waiter {
 	struct fanout_sink *s;
 	struct fq *q;
 	uint64_t deadline;   /* CLOCK_MONOTONIC ns; 0 = none */
 	uint64_t spin_until; /* spin until then, sleep after */
+	uint64_t yield_from; /* no yield before then (patience); 0: none */
 	bool helps;	     /* FANOUT_WAIT_HELPS and not inside a child */
 };
 
@@ -344,18 +347,37 @@ static int wait_help(struct waiter *w)
 	return 1;
 }
 
-/* Spin a little.  With more runnable threads than CPUs, a waiter must not
+/*
+ * Spin a little.  With more runnable threads than CPUs, a waiter must not
  * keep the worker that would publish its event off the CPU: while tokens
- * wait in the ring, it yields every WAIT_YIELD_EVERY checks. */
-static void wait_spin(const struct waiter *w)
+ * wait in the ring, it yields every WAIT_YIELD_EVERY checks.
+ *
+ * Patience.  A yield hands the CPU to the worker pinned there and costs
+ * the waiter its reaction: a switch there and one back, ~1.9 us each on
+ * this host (fanout-bench's limits).  A waiter with at most
+ * WAIT_PATIENT_UNTAKEN events untaken (not a pipeline) mostly waits for
+ * a batch that the other CPU's worker is running already: a token of it
+ * still in the ring is an extra runner, which that worker's runner makes
+ * redundant by claiming the rest.  Yielding to it cost two switches per
+ * batch (44,500 per 22,225 batches of 64).  So such a waiter spins
+ * WAIT_PATIENCE_NS without yielding first, and yields as before only if
+ * the event is later than that (a long batch, which the other worker
+ * then shares).  A pipelining waiter (16 batches in flight) stays as it
+ * was: its ring holds other delegations' tokens, and patience measured
+ * 10-20% slower there.  bench/PROFILE.txt, phase 10.
+ */
+static void wait_spin(const struct waiter *w, uint64_t now)
 {
 	unsigned k;
+	bool patient = now < w->yield_from;
 
 	for (k = 0; k < WAIT_SPIN_CHECKS && sink_empty(w->s) &&
 		    !(w->helps && fq_pending(w->q));
 	     k++) {
-		if (k % WAIT_YIELD_EVERY == WAIT_YIELD_EVERY - 1 &&
-		    fq_pending(w->q))
+		if (patient)
+			ck_pr_stall();
+		else if (k % WAIT_YIELD_EVERY == WAIT_YIELD_EVERY - 1 &&
+			 fq_pending(w->q))
 			sched_yield();
 		else
 			fq_spin_relax(k);
@@ -420,14 +442,19 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 	if (timeout_ms > 0)
 		w.deadline = now + (uint64_t)timeout_ms * 1000000ull;
 	w.spin_until = spin_end(w.q, now, w.deadline);
+	/* relaxed: a hint for wait_spin() alone; pairs with nothing. */
+	if (atomic_load_explicit(&s->untaken, memory_order_relaxed) <=
+	    WAIT_PATIENT_UNTAKEN)
+		w.yield_from = now + WAIT_PATIENCE_NS;
 	while (!(rec = take(s))) {
 		helped = w.helps ? wait_help(&w) : 0;
 		if (helped < 0)
 			return wait_timed_out(s, ev);
 		if (helped)
 			continue;
-		if (fq_now_ns() < w.spin_until)
-			wait_spin(&w);
+		now = fq_now_ns();
+		if (now < w.spin_until)
+			wait_spin(&w, now);
 		else if (!wait_sleep(&w))
 			return wait_timed_out(s, ev);
 	}
