@@ -364,7 +364,10 @@ static int wait_help(struct waiter *w)
  * the event is later than that (a long batch, which the other worker
  * then shares).  A pipelining waiter (16 batches in flight) stays as it
  * was: its ring holds other delegations' tokens, and patience measured
- * 10-20% slower there.  bench/PROFILE.txt, phase 10.
+ * 10-20% slower there.  So does a waiter whose dispatch woke the worker
+ * pinned to its CPU (fq.c, wake()): that worker waits for this very CPU,
+ * and patience cost the parked single child ~4 us.  bench/PROFILE.txt,
+ * phase 10.
  */
 static void wait_spin(const struct waiter *w, uint64_t now)
 {
@@ -444,7 +447,8 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 	w.spin_until = spin_end(w.q, now, w.deadline);
 	/* relaxed: a hint for wait_spin() alone; pairs with nothing. */
 	if (atomic_load_explicit(&s->untaken, memory_order_relaxed) <=
-	    WAIT_PATIENT_UNTAKEN)
+		    WAIT_PATIENT_UNTAKEN &&
+	    !fq_woke_here())
 		w.yield_from = now + WAIT_PATIENCE_NS;
 	while (!(rec = take(s))) {
 		helped = w.helps ? wait_help(&w) : 0;

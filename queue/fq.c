@@ -187,6 +187,8 @@ struct fq_offer {
 
 static FQ_TLS struct fq_worker *tls_self;
 static FQ_TLS unsigned tls_offer_hint; /* where this thread last offered */
+/* This thread's last wake() woke the worker pinned to its own CPU. */
+static FQ_TLS bool tls_woke_here;
 _Atomic long fq__fail_thread_at;
 
 static long futex(_Atomic uint32_t *uaddr, int op, uint32_t val,
@@ -589,6 +591,7 @@ static void wake(struct fq *q, unsigned n, int cpu)
 				worker_bit(wk));
 		if (woken < 0)
 			woken = 0;
+		tls_woke_here = woken > 0;
 	}
 	if ((unsigned long)woken < n)
 		futex(&q->idle.seq, FUTEX_WAKE_PRIVATE,
@@ -1017,6 +1020,14 @@ struct fq_work *fq_help_take(struct fq *q)
 bool fq_pending(const struct fq *q)
 {
 	return ck_ring_size(&q->ring) != 0;
+}
+
+bool fq_woke_here(void)
+{
+	bool woke = tls_woke_here;
+
+	tls_woke_here = false;
+	return woke;
 }
 
 uint64_t fq_spin_ns(const struct fq *q)

@@ -171,6 +171,9 @@ struct fq_work *fq_help_take(struct fq *q);
 void fq_tail(struct fq *q);
 /* Whether tokens wait in the ring (a relaxed hint for a helper's spin). */
 bool fq_pending(const struct fq *q);
+/* Whether this thread's last submit since the previous call woke the
+ * worker pinned to this thread's CPU (which then waits for the CPU). */
+bool fq_woke_here(void);
 
 uint64_t fq_spin_ns(const struct fq *q);
 /* Index of the calling worker thread of @q, or -1 if it is not one. */
