@@ -202,6 +202,15 @@ void fanout__sink_publish(struct fanout_sink *s, struct record *rec)
 
 #define TAKE_PAUSES 64 /* busy steps before a half-linked event yields */
 
+/* The @i-th wait for a half-linked event (see take()). */
+static void half_linked_pause(unsigned i)
+{
+	if (i < TAKE_PAUSES)
+		caa_cpu_relax();
+	else
+		sched_yield();
+}
+
 static struct record *take(struct fanout_sink *s)
 {
 	struct cds_wfcq_node *node;
@@ -224,10 +233,7 @@ static struct record *take(struct fanout_sink *s)
 		node = __cds_wfcq_dequeue_nonblocking(&s->head, &s->tail);
 		if (node != CDS_WFCQ_WOULDBLOCK)
 			break;
-		if (i < TAKE_PAUSES)
-			caa_cpu_relax();
-		else
-			sched_yield();
+		half_linked_pause(i);
 	}
 	if (!node)
 		return NULL;
@@ -551,13 +557,25 @@ static void sink_unlink(struct fanout_sink *s)
 
 /* Events queued in @s now.  Iterating needs only what dequeue needs
  * (no concurrent consumer: destroy does not race poll/wait); enqueues may
- * run alongside, the "blocking" next waits out a half-linked one. */
+ * run alongside.  A half-linked one is waited out as take() does: the
+ * "blocking" iterator would sleep 10 ms in poll() at a time instead. */
 static uint32_t queued(struct fanout_sink *s)
 {
-	struct cds_wfcq_node *node;
+	struct cds_wfcq_node *node, *next;
 	uint32_t n = 0;
+	unsigned i = 0;
 
-	__cds_wfcq_for_each_blocking(&s->head, &s->tail, node) n++;
+	while ((node = __cds_wfcq_first_nonblocking(&s->head, &s->tail)) ==
+	       CDS_WFCQ_WOULDBLOCK)
+		half_linked_pause(i++);
+	while (node) {
+		n++;
+		while ((next = __cds_wfcq_next_nonblocking(&s->head, &s->tail,
+							   node)) ==
+		       CDS_WFCQ_WOULDBLOCK)
+			half_linked_pause(i++);
+		node = next;
+	}
 	return n;
 }
 

@@ -673,6 +673,41 @@ static void wait_does_not_sleep_on_a_half_linked_event(void **state)
 	fanout_destroy(e);
 }
 
+/* The same for fanout_sink_destroy(): its count of the queued events meets
+ * the half-linked one (the loop below calls it until the publisher is in
+ * its 50 ms gap, -EBUSY before).  It waits that out without a poll() (the
+ * "blocking" iterator it used slept in poll() 10 ms at a time) and then
+ * frees the sink with the event in it. */
+static void sink_destroy_does_not_sleep_on_a_half_linked_event(void **state)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = 1);
+	struct tbatch *tb = tb_new(1);
+	struct fanout_sink *s = NULL;
+	uint64_t end;
+	int rc;
+
+	(void)state;
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	tb->b.sink = s;
+	fanout_test_publish_gap(50000);
+	poll_watched = pthread_self();
+	atomic_store(&polls_seen, 0);
+	atomic_store(&poll_watching, true);
+	must_dispatch(e, tb);
+	end = mono_ms() + WAIT_MS;
+	while ((rc = fanout_sink_destroy(s)) == -EBUSY && mono_ms() < end)
+		;
+	atomic_store(&poll_watching, false);
+	assert_int_equal(rc, 0);
+	assert_int_equal(atomic_load(&polls_seen), 0);
+	fanout_test_publish_gap(0);
+	/* the event went with the sink: the children ran, once each */
+	assert_int_equal(tb_runs(tb), 1);
+	assert_no_event(fanout_default_sink(e));
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
 /* ------------------------------------------------- FANOUT_WAIT_HELPS */
 
 struct helpfix {
@@ -986,6 +1021,7 @@ int main(void)
 		TC(wait_pure_does_not_help),
 		TC(wait_helping_leaves_for_its_event),
 		TC(wait_does_not_sleep_on_a_half_linked_event),
+		TC(sink_destroy_does_not_sleep_on_a_half_linked_event),
 		TC(wait_in_child_does_not_help),
 		TC(child_wait_needs_another_runner),
 	};
