@@ -80,6 +80,15 @@ FANOUT_API int fanout_test_mallctl(const char *name, void *oldp,
 FANOUT_API uint64_t fanout_test_offers_taken(struct fanout_engine *e);
 
 /**
+ * fanout_test_wait_was_patient() - whether the calling thread's last
+ * fanout_wait() that had to spin did so with patience: no yield in its
+ * first microseconds, for a waiter with at most two events untaken whose
+ * own dispatch did not just wake the worker pinned to its CPU (lib/sink.c,
+ * "Patience").  False after a wait that found its event at once.
+ */
+FANOUT_API bool fanout_test_wait_was_patient(void);
+
+/**
  * fanout_test_blocks_reused() - record blocks that dispatches in this
  * process took back from their thread's limbo (small blocks retired by
  * the same thread, reused once no read-side section could hold them)

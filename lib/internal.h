@@ -325,6 +325,9 @@ struct fanout_engine {
 	struct fanout_blocks blocks __attribute__((aligned(CACHELINE))); /* A */
 };
 
+/* sink.c */
+bool fanout__wait_was_patient(void);
+
 /* record.c */
 struct record *fanout__rec_alloc(struct fanout_engine *e,
 				 const struct fanout_batch *b, unsigned depth,

@@ -79,6 +79,11 @@ void fanout_test_read_section(bool enter)
 		fanout__read_unlock();
 }
 
+bool fanout_test_wait_was_patient(void)
+{
+	return fanout__wait_was_patient();
+}
+
 uint64_t fanout_test_offers_taken(struct fanout_engine *e)
 {
 	struct fq_worker_stats st;
