@@ -508,13 +508,15 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 	}
 	err = 0;
 out:
+	/* Closed first, as the dispatcher does (nats_dispatch.c, destroy):
+	 * no reply may reach a subscription while it is destroyed. */
+	if (sv->nc)
+		natsConnection_Close(sv->nc);
 	if (sv->csub)
 		natsSubscription_Destroy(sv->csub);
 	fnats_puller_close(&sv->pull);
 	if (sv->sub)
 		natsSubscription_Destroy(sv->sub);
-	if (sv->nc)
-		natsConnection_Close(sv->nc);
 	if (sv->js)
 		jsCtx_Destroy(sv->js);
 	if (sv->nc)
