@@ -58,6 +58,9 @@ static struct env *env_new(void)
 
 static void env_free(struct env *v)
 {
+	/* Closed first, as the library does (nats_dispatch.c, destroy). */
+	if (v->nc)
+		natsConnection_Close(v->nc);
 	fnats_puller_close(&v->p);
 	if (v->js)
 		jsCtx_Destroy(v->js);
@@ -224,5 +227,15 @@ int main(void)
 		cmocka_unit_test_teardown(test_no_wait_empty, teardown),
 	};
 
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+
+	/* Every NATS object is destroyed by now: join libnats' own threads
+	 * before the process exits (and LeakSanitizer checks it).  A NATS
+	 * object left undestroyed would make this time out. */
+	if (nats_CloseAndWait(10000) != NATS_OK) {
+		fprintf(stderr, "libnats did not close: a NATS object was left "
+				"undestroyed\n");
+		return rc ? rc : 1;
+	}
+	return rc;
 }
