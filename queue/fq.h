@@ -171,8 +171,9 @@ struct fq_work *fq_help_take(struct fq *q);
 void fq_tail(struct fq *q);
 /* Whether tokens wait in the ring (a relaxed hint for a helper's spin). */
 bool fq_pending(const struct fq *q);
-/* Whether this thread's last submit since the previous call woke the
- * worker pinned to this thread's CPU (which then waits for the CPU). */
+/* Whether this thread's last wake that looked for the worker pinned to
+ * its CPU woke it (that worker then waits for this CPU); reading it
+ * clears it.  A hint for a waiter's patience (lib/sink.c). */
 bool fq_woke_here(void);
 
 uint64_t fq_spin_ns(const struct fq *q);
