@@ -13,6 +13,7 @@
 #define NATS_HARNESS_H
 
 #include <arpa/inet.h>
+#include <nats/nats.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -365,6 +366,20 @@ static inline void proxy_stop(struct proxy *p)
 	}
 	close(p->lfd);
 	pthread_mutex_destroy(&p->lock);
+}
+
+/* The end of a suite whose NATS objects are all destroyed: join libnats'
+ * threads before the process exits (LeakSanitizer checks at exit).  A
+ * NATS object left undestroyed makes this time out, and fails the suite.
+ * Returns the suite's exit status. */
+static inline int nats_suite_end(int rc)
+{
+	if (nats_CloseAndWait(10000) != NATS_OK) {
+		fprintf(stderr, "libnats did not close: a NATS object was left "
+				"undestroyed\n");
+		return rc ? rc : 1;
+	}
+	return rc;
 }
 
 #endif

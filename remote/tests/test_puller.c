@@ -227,15 +227,5 @@ int main(void)
 		cmocka_unit_test_teardown(test_no_wait_empty, teardown),
 	};
 
-	int rc = cmocka_run_group_tests(tests, NULL, NULL);
-
-	/* Every NATS object is destroyed by now: join libnats' own threads
-	 * before the process exits (and LeakSanitizer checks it).  A NATS
-	 * object left undestroyed would make this time out. */
-	if (nats_CloseAndWait(10000) != NATS_OK) {
-		fprintf(stderr, "libnats did not close: a NATS object was left "
-				"undestroyed\n");
-		return rc ? rc : 1;
-	}
-	return rc;
+	return nats_suite_end(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -635,15 +635,5 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	if (getenv("REMOTE_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("REMOTE_TEST_FILTER"));
-	int rc = cmocka_run_group_tests(tests, NULL, NULL);
-
-	/* Every NATS object is destroyed by now: join libnats' own threads
-	 * before the process exits (and LeakSanitizer checks it).  A NATS
-	 * object left undestroyed would make this time out. */
-	if (nats_CloseAndWait(10000) != NATS_OK) {
-		fprintf(stderr, "libnats did not close: a NATS object was left "
-				"undestroyed\n");
-		return rc ? rc : 1;
-	}
-	return rc;
+	return nats_suite_end(cmocka_run_group_tests(tests, NULL, NULL));
 }
