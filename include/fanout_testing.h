@@ -84,7 +84,7 @@ FANOUT_API uint64_t fanout_test_offers_taken(struct fanout_engine *e);
  * fanout_wait() that had to spin did so with patience: no yield in its
  * first microseconds, for a waiter with at most two events untaken whose
  * own dispatch did not just wake the worker pinned to its CPU (lib/sink.c,
- * "Patience").  False after a wait that found its event at once.
+ * "Patience").  A wait that finds its event at once leaves it as it was.
  */
 FANOUT_API bool fanout_test_wait_was_patient(void);
 

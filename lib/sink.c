@@ -312,7 +312,8 @@ static uint64_t spin_end(struct fq *q, uint64_t now, uint64_t deadline)
 #define WAIT_PATIENCE_NS 4000  /* a patient waiter does not yield before */
 #define WAIT_PATIENT_UNTAKEN 2 /* patient with at most 2 events untaken */
 
-/* Whether this thread's last fanout_wait spun with patience (for tests). */
+/* Whether this thread's last fanout_wait that spun was patient (for tests;
+ * the wait that finds its event at once does not touch it). */
 static FQ_TLS bool tls_patient;
 
 bool fanout__wait_was_patient(void)
@@ -447,7 +448,6 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 		return fanout_poll(s, ev); /* which refuses an inherited s */
 	if (!enter(s))
 		return -EBUSY;
-	tls_patient = false;
 	rec = take(s); /* the common case under load: no clock read at all */
 	if (rec)
 		goto out;
@@ -463,10 +463,9 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 	/* relaxed: a hint for wait_spin() alone; pairs with nothing. */
 	if (atomic_load_explicit(&s->untaken, memory_order_relaxed) <=
 		    WAIT_PATIENT_UNTAKEN &&
-	    !fq_woke_here()) {
+	    !fq_woke_here())
 		w.yield_from = now + WAIT_PATIENCE_NS;
-		tls_patient = true;
-	}
+	tls_patient = w.yield_from != 0; /* only a wait that spins writes it */
 	while (!(rec = take(s))) {
 		helped = w.helps ? wait_help(&w) : 0;
 		if (helped < 0)

@@ -115,6 +115,13 @@ static void park_wake_prefers_dispatchers_cpu(void **state)
 	assert_true(patient <= 1);
 }
 
+/* A child that returns once *arg is set (or after GATE_MS). */
+static int gated_fn(struct fanout_child *c, void *arg)
+{
+	(void)c;
+	return wait_flag(arg, GATE_MS) ? 0 : -ETIMEDOUT;
+}
+
 /*
  * Patience (lib/sink.c) where nobody is woken: with spinning workers and
  * one batch at a time the waiter is patient at least once (a round whose
@@ -129,6 +136,9 @@ static void waiter_patience(void **state)
 	struct where w;
 	struct fanout_task t = {"where", where_fn, &w};
 	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	atomic_int gate = 0;
+	struct fanout_task gt = {"gated", gated_fn, &gate};
+	struct fanout_batch g = {.tasks = &gt, .ntasks = 1};
 	struct fanout_event *ev;
 	int patient = 0;
 
@@ -140,12 +150,15 @@ static void waiter_patience(void **state)
 	}
 	assert_true(patient >= 1);
 
+	/* Eight gated children: the wait must spin (and time out), so it
+	 * decides, with eight events untaken. */
 	for (int i = 0; i < 8; i++)
-		assert_int_equal(fanout_dispatch(e, &b, NULL), 0);
-	ev = must_wait(fanout_default_sink(e));
+		assert_int_equal(fanout_dispatch(e, &g, NULL), 0);
+	assert_int_equal(fanout_wait(fanout_default_sink(e), &ev, 1),
+			 -ETIMEDOUT);
 	assert_false(fanout_test_wait_was_patient());
-	fanout_event_free(ev);
-	for (int i = 0; i < 7; i++)
+	atomic_store(&gate, 1);
+	for (int i = 0; i < 8; i++)
 		fanout_event_free(must_wait(fanout_default_sink(e)));
 	fanout_destroy(e);
 }
