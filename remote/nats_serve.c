@@ -465,13 +465,12 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 		drain_cancels(sv);
 		do_retries(sv);
 		if (sv->running < conc) {
-			int got = 0, ferr = take(sv, conc);
+			int got = take(sv, conc);
 
 			/* reconnecting, or refused (409): not again at once */
-			if (ferr < 0 && ferr != -ETIMEDOUT)
+			if (got < 0 && got != -ETIMEDOUT)
 				usleep(50000);
-			got = ferr > 0 ? ferr : 0;
-			reap(sv, got || !sv->running ? 0 : 2);
+			reap(sv, got > 0 || !sv->running ? 0 : 2);
 		} else {
 			reap(sv, 20);
 		}
