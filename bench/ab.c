@@ -12,6 +12,8 @@
  * if a call fails or an event is not what was dispatched.  AB_FLAGS=N
  * sets fanout_config.flags (2: FANOUT_WAIT_HELPS); AB_STATS=1 prints the
  * engine's per-worker counters and the main thread's CPU at the end;
+ * AB_WORKERS=N sets fanout_config.workers (2 by default);
+ * AB_BORROW=1 borrows the task array (FANOUT_BORROW_TASKS);
  * AB_CPU=C pins the calling thread to CPU C once the workers started.
  */
 #include <fanout.h>
@@ -72,6 +74,8 @@ int main(int argc, char **argv)
 			"usage: ab run N [ITERS] | ab bg N K [ITERS]\n");
 		return 2;
 	}
+	if (getenv("AB_WORKERS"))
+		cfg.workers = (unsigned)atoi(getenv("AB_WORKERS"));
 	if (fl)
 		cfg.flags = (unsigned)strtoul(fl, NULL, 0);
 	if (!iters)
@@ -92,6 +96,9 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < n; i++)
 		t[i] = (struct fanout_task){"g", noop, NULL};
 	struct fanout_batch b = {.tasks = t, .ntasks = n};
+
+	if (getenv("AB_BORROW"))
+		b.flags = FANOUT_BORROW_TASKS;
 	for (int r = 0; r < 7; r++) {
 		unsigned long long t0 = now_ns();
 		unsigned live = 0;

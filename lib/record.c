@@ -11,7 +11,7 @@
  * section, so the record outlives finalisation.  The table reference goes
  * when the record is pruned (never before its event is published: pruning
  * happens in the finaliser after publishing).  The last put frees through
- * call_rcu, or, for a small synchronous one, keeps the block in the
+ * call_rcu, or, for a small one, keeps the block in the
  * thread's limbo until the epochs say no read-side section can hold it
  * ("Limbo"), so lookups that found the record under fanout__read_lock
  * still read valid memory.
@@ -126,14 +126,15 @@ static void free_batch(struct record *first)
 }
 
 /*
- * Limbo.  A small synchronous record (fanout_run, an inline
- * fanout_delegate; a block below the block cache's classes, no deferred
- * children) whose last reference a thread drops stays in that
+ * Limbo.  A small record (a block below the block cache's classes, no
+ * deferred children) whose last reference a thread drops stays in that
  * thread's limbo, a FIFO tagged by fanout__epoch_tag(), instead of going
  * to call_rcu.  The thread's next fanout__rec_alloc() takes the oldest
  * limbo block if it fits and the epoch says that no read-side section can
  * still hold it (epoch.c): the block comes back to the thread that last
- * wrote it, with no call_rcu, no allocator call and no page fault.  The
+ * used it (the one that ran a synchronous batch, usually the consumer
+ * that freed a background one's event), with no call_rcu, no allocator
+ * call and no page fault.  The
  * tag is read after the record became unreachable: the unlink happens
  * before the last put (the count's release/acquire), which is before
  * F_w.  A limbo holds at most LIMBO_MAX blocks; past that the oldest
@@ -176,17 +177,25 @@ static void count_reused(struct limbo *l)
 	l->reused = 0;
 }
 
-/* Only a synchronous record: its children ran on the calling thread,
- * which holds its lines.  A background record's lines sit in the
- * workers' caches, and a dispatcher that reused its block would pull each
- * line it writes across (dispatch + wait of batch 1 x 16 ran at 0.5x):
- * a block from the allocator costs it less.  And only a thread with an
- * exit hook keeps a limbo (or its blocks would be lost with it). */
+/* A block below the block cache's classes, synchronous or background.
+ * A background record's lines sit in the workers' caches, so a dispatcher
+ * that reuses its block pulls the lines it writes across; but a block
+ * from jemalloc costs more: blocks come back from call_rcu in bursts of
+ * hundreds, and for classes with few regions per slab (batches of 32, 48,
+ * 80-112, 160-224 children) jemalloc then purges emptied slabs and
+ * faults fresh pages in, 1-3 page faults per dispatch (bench/PROFILE.txt,
+ * phase 11: batch 96 ran at 4.3M children/s from jemalloc, 13.9M from
+ * the limbo; batch 1 x 16 the same either way).  Not in the limbo of
+ * one of its engine's workers, which drops a background record's last
+ * reference when the consumer freed the event first: a worker dispatches
+ * only from a child, so the block would wait there unused.  And only a
+ * thread with an exit hook keeps a limbo (or its blocks would be lost
+ * with it). */
 static bool limbo_fits(const struct record *rec)
 {
 	/* relaxed: the last put's acquire ordered every push. */
-	return !rec->background &&
-	       rec->alloc_size < ((size_t)1 << BLOCKS_MIN_SHIFT) &&
+	return rec->alloc_size < ((size_t)1 << BLOCKS_MIN_SHIFT) &&
+	       (!rec->background || fq_self(rec->e->q) < 0) &&
 	       !atomic_load_explicit(&rec->pendings, memory_order_relaxed) &&
 	       fanout__epoch_hooked();
 }
