@@ -185,17 +185,16 @@ static void count_reused(struct limbo *l)
  * 80-112, 160-224 children) jemalloc then purges emptied slabs and
  * faults fresh pages in, 1-3 page faults per dispatch (bench/PROFILE.txt,
  * phase 11: batch 96 ran at 4.3M children/s from jemalloc, 13.9M from
- * the limbo; batch 1 x 16 the same either way).  Not in the limbo of
- * one of its engine's workers, which drops a background record's last
- * reference when the consumer freed the event first: a worker dispatches
- * only from a child, so the block would wait there unused.  And only a
- * thread with an exit hook keeps a limbo (or its blocks would be lost
- * with it). */
+ * the limbo; batch 1 x 16 the same either way).  Not in a worker's limbo
+ * (a worker drops a background record's last reference when the
+ * consumer freed the event first): a worker dispatches only from a
+ * child, so the block would wait there unused.  And only a thread with
+ * an exit hook keeps a limbo (or its blocks would be lost with it). */
 static bool limbo_fits(const struct record *rec)
 {
 	/* relaxed: the last put's acquire ordered every push. */
 	return rec->alloc_size < ((size_t)1 << BLOCKS_MIN_SHIFT) &&
-	       (!rec->background || fq_self(rec->e->q) < 0) &&
+	       (!rec->background || !fq_on_worker()) &&
 	       !atomic_load_explicit(&rec->pendings, memory_order_relaxed) &&
 	       fanout__epoch_hooked();
 }

@@ -555,6 +555,9 @@ static void sink_free_rcu(struct rcu_head *head)
 	FQ_HANDOFF_ACQUIRE(s);
 	drain_and_close(s);
 	fanout__free(s, sizeof(*s));
+	/* TSan edge: the puts' use of the engine happens before the
+	 * rcu_barrier() in fanout_destroy() returns (as in rec_free_rcu). */
+	FQ_HANDOFF_RELEASE(&fanout__rcu_token);
 }
 
 static void sink_unlink(struct fanout_sink *s)
