@@ -43,9 +43,9 @@ FANOUT_API void fanout_test_publish_gap(unsigned us);
  * fanout_test_quiesce() - wait until every record released so far is freed.
  *
  * Records are freed by RCU callbacks after a grace period; this hands
- * over what waits for a batch, and the calling thread's limbo of small
+ * over what waits for a batch, and the calling thread's limbo of record
  * blocks, then waits for them (and for records those callbacks release).
- * Small blocks in other threads' limbos stay there until those threads
+ * Blocks in other threads' limbos stay there until those threads
  * dispatch, exit or call this.  Blocks; never call it from a child.
  */
 FANOUT_API void fanout_test_quiesce(void);
@@ -90,8 +90,9 @@ FANOUT_API bool fanout_test_wait_was_patient(void);
 
 /**
  * fanout_test_blocks_reused() - record blocks that dispatches in this
- * process took back from their thread's limbo (small blocks retired by
- * the same thread, reused once no read-side section could hold them)
+ * process took back from their thread's limbo (blocks under 1 MiB
+ * retired by the same thread, reused once no read-side section could
+ * hold them)
  * instead of allocating.  Exact for the calling thread's own reuses;
  * other threads' are added 16 at a time (and when they exit).
  */

@@ -221,8 +221,9 @@ struct record {
 	struct record *free_next;    /* H: the engine's `retired` batch, or
 				      * a thread's limbo (record.c) */
 	uint64_t limbo_tag;	     /* H: epoch tag in a limbo */
-	struct cds_wfcq_node qnode;  /* L: sink linkage */
-	uint64_t finish_seq;	     /* F: position among finished records */
+	bool spilled; /* H: left a limbo: freed to the allocator (record.c) */
+	struct cds_wfcq_node qnode; /* L: sink linkage */
+	uint64_t finish_seq;	    /* F: position among finished records */
 
 	/* Hot: every child of the batch touches these; own line. */
 	_Atomic uint32_t claim __attribute__((aligned(CACHELINE))); /* A */

@@ -73,40 +73,52 @@ static void small_blocks_come_back(void **state)
  * the previous event, one step behind, drops that record's last
  * reference on this thread, whose next dispatch can take the block back.
  * Blocks come back unless a worker is inside a read-side section when
- * the epoch is checked, which holds a block back but never loses it. */
-#define BG_ROUNDS 2000u
-#define BG_CHILDREN 32u
-
-static void background_blocks_come_back(void **state)
+ * the epoch is checked, which holds a block back but never loses it.
+ * @n children: 32 make a small block, 2048 one of the engine block
+ * cache's classes (256 KiB). */
+static void background_reuse(unsigned n, unsigned rounds)
 {
-	(void)state;
 	struct fanout_engine *e = NEW_ENGINE(.workers = 1);
-	struct fanout_task t[BG_CHILDREN];
-	struct fanout_batch b = {.tasks = t, .ntasks = BG_CHILDREN};
+	struct fanout_task *t = calloc(n, sizeof(*t));
+	struct fanout_batch b = {.tasks = t, .ntasks = n};
 	struct fanout_event *held = NULL, *ev;
 	uint64_t before;
 	fanout_id id;
 
-	for (unsigned i = 0; i < BG_CHILDREN; i++)
+	assert_non_null(t);
+	for (unsigned i = 0; i < n; i++)
 		t[i] = (struct fanout_task){"nop", nop_fn, NULL};
 	fanout_test_quiesce(); /* empties this thread's limbo */
 	before = fanout_test_blocks_reused();
-	for (unsigned i = 0; i < BG_ROUNDS; i++) {
+	for (unsigned i = 0; i < rounds; i++) {
 		assert_int_equal(fanout_dispatch(e, &b, &id), 0);
 		ev = must_wait(fanout_default_sink(e));
 		/* A reused block that was still in use shows as another
 		 * delegation's id or count. */
 		assert_true(ev->id == id);
-		assert_int_equal(ev->nresults, BG_CHILDREN);
-		assert_int_equal(ev->ncompleted, BG_CHILDREN);
+		assert_int_equal(ev->nresults, n);
+		assert_int_equal(ev->ncompleted, n);
 		if (held)
 			fanout_event_free(held);
 		held = ev;
 	}
 	fanout_event_free(held);
-	/* Before background records had a limbo: 0 reused. */
-	assert_true(fanout_test_blocks_reused() - before >= BG_ROUNDS / 2);
+	/* Before background records (and big blocks) had a limbo: 0. */
+	assert_true(fanout_test_blocks_reused() - before >= rounds / 2);
+	free(t);
 	fanout_destroy(e);
+}
+
+static void background_blocks_come_back(void **state)
+{
+	(void)state;
+	background_reuse(32, 2000);
+}
+
+static void big_blocks_come_back(void **state)
+{
+	(void)state;
+	background_reuse(2048, 300);
 }
 
 /* While another thread is inside a section opened before them, no block
@@ -242,14 +254,62 @@ static void an_exiting_thread_gives_its_blocks_back(void **state)
 	fanout_destroy(e);
 }
 
+/* A thread keeps big blocks of an engine in its limbo, the engine is
+ * destroyed, then the thread exits and its limbo goes to RCU: the blocks
+ * go to the allocator, not to the gone engine's block cache (under ASan,
+ * a use after free otherwise). */
+struct outliver {
+	struct fanout_engine *e;
+	struct holder h; /* inside: blocks kept; release: engine gone */
+};
+
+static void *keeps_big_blocks(void *arg)
+{
+	struct outliver *o = arg;
+	struct tbatch *tb = tb_new(2048);
+	struct fanout_event *held = NULL, *ev;
+
+	/* One event held back, as in background_reuse: the last three
+	 * records' last references are dropped here, into the limbo. */
+	for (unsigned i = 0; i < 4; i++) {
+		CHECK(fanout_dispatch(o->e, &tb->b, NULL) == 0);
+		CHECK(fanout_wait(fanout_default_sink(o->e), &ev, WAIT_MS) ==
+		      0);
+		CHECK(ev->ncompleted == 2048);
+		if (held)
+			fanout_event_free(held);
+		held = ev;
+	}
+	fanout_event_free(held);
+	tb_free(tb);
+	atomic_store(&o->h.inside, 1);
+	CHECK(wait_flag(&o->h.release, GATE_MS));
+	return NULL;
+}
+
+static void a_limbo_outlives_its_engine(void **state)
+{
+	(void)state;
+	struct outliver o = {.e = NEW_ENGINE(.workers = 1)};
+	pthread_t t = spawn(keeps_big_blocks, &o);
+
+	assert_true(wait_flag(&o.h.inside, WAIT_MS));
+	fanout_destroy(o.e);
+	atomic_store(&o.h.release, 1);
+	join(t);
+	fanout_test_quiesce(); /* the exited thread's limbo is freed */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		TC(small_blocks_come_back),
 		TC(background_blocks_come_back),
+		TC(big_blocks_come_back),
 		TC(an_open_section_holds_blocks_back),
 		TC(lookups_race_with_reuse),
 		TC(an_exiting_thread_gives_its_blocks_back),
+		TC(a_limbo_outlives_its_engine),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -61,10 +61,16 @@ static void wave(struct fanout_engine *e, unsigned k, unsigned n)
 }
 
 /* keep_completed = 1 everywhere: a finished record is freed as soon as the
- * next one finishes (the latest stays for lookup, holding its block). */
+ * next one finishes (the latest stays for lookup, holding its block).
+ * Batches of BIG children have blocks of 2 MiB, too big for a thread's
+ * limbo (record.c), which would take smaller ones back before the cache
+ * saw them (test_epoch). */
+#define BIG 16384u
+
 static void large_blocks_are_reused(void **state)
 {
-	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .keep_completed = 1);
+	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .keep_completed = 1,
+					     .max_children = BIG);
 	size_t bytes, bytes1;
 	uint64_t hits, hits1;
 
@@ -79,10 +85,10 @@ static void large_blocks_are_reused(void **state)
 	assert_int_equal(bytes, 0);
 	assert_int_equal(hits, 0);
 
-	/* Four blocks of 2048 children (well over 16 KiB each): once their
-	 * events are freed, the kept records are tombs (table.c), so all four
-	 * blocks are freed after the grace period, into the cache... */
-	wave(e, 4, 2048);
+	/* Four blocks of BIG children: once their events are freed, the
+	 * kept records are tombs (table.c), so all four blocks are freed
+	 * after the grace period, into the cache... */
+	wave(e, 4, BIG);
 	fanout_test_quiesce();
 	block_cache(e, &bytes1, &hits1);
 	assert_true(bytes1 > 0);
@@ -91,7 +97,7 @@ static void large_blocks_are_reused(void **state)
 
 	/* ...the next four dispatches of that size take those four, and the
 	 * four come back: no block more. */
-	wave(e, 4, 2048);
+	wave(e, 4, BIG);
 	block_cache(e, &bytes, &hits);
 	assert_int_equal(hits, 4);
 	fanout_test_quiesce();
@@ -102,7 +108,7 @@ static void large_blocks_are_reused(void **state)
 	/* From now on every dispatch is served from the cache, and it holds
 	 * the same four blocks after each round. */
 	for (int r = 0; r < 10; r++) {
-		wave(e, 4, 2048);
+		wave(e, 4, BIG);
 		fanout_test_quiesce();
 	}
 	block_cache(e, &bytes, &hits);
@@ -142,13 +148,14 @@ static void block_cache_stays_under_its_cap(void **state)
  * allocation is made to fail, and leaves the cached block for the next. */
 static void cached_dispatch_obeys_fault_injection(void **state)
 {
-	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .keep_completed = 1);
-	struct tbatch *tb = tb_new(2048);
+	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .keep_completed = 1,
+					     .max_children = BIG);
+	struct tbatch *tb = tb_new(BIG);
 	size_t bytes, bytes1;
 	uint64_t hits;
 	fanout_id id;
 
-	wave(e, 2, 2048); /* one pruned, one kept */
+	wave(e, 2, BIG); /* one pruned, one kept */
 	fanout_test_quiesce();
 	block_cache(e, &bytes1, &hits);
 	assert_true(bytes1 > 0);
@@ -162,7 +169,7 @@ static void cached_dispatch_obeys_fault_injection(void **state)
 	assert_int_equal(hits, 0);
 	assert_int_equal(stats_of(e).running, 0);
 
-	wave(e, 1, 2048);
+	wave(e, 1, BIG);
 	block_cache(e, &bytes, &hits);
 	assert_int_equal(hits, 1);
 	tb_free(tb);
