@@ -118,9 +118,10 @@ static void release_parked(struct record *rec)
 
 /* @local: the fanout_run caller finalises its own record on its own thread
  * (it knows, so nobody signals it); see fanout__run_own. */
-static void finalise(struct record *rec, bool local)
+static void finalise(struct record *rec, bool local, bool *held)
 {
 	struct fanout_engine *e = rec->e;
+	bool background = rec->background;
 	struct fanout_event *ev = &rec->ev;
 	/* One RMW both reads the cancel bits and closes the door: a cancel
 	 * whose own fetch_or finds CANCEL_FINAL returns -EALREADY, so the
@@ -219,6 +220,17 @@ static void finalise(struct record *rec, bool local)
 		 * release: pairs with the acquire fetch_add in dispatch. */
 		atomic_fetch_sub_explicit(&e->async_running, 1,
 					  memory_order_release);
+		/* The runner's own reference goes before the event can be
+		 * had: the event's keeps the record until then, so this put
+		 * is never the last, and the consumer that frees the event
+		 * usually drops the last one and gets the block back from
+		 * its limbo (record.c); a worker's last put sends it through
+		 * RCU.  Nothing below touches the record outside the read
+		 * lock. */
+		if (held && *held) {
+			fanout__rec_put(rec, 1);
+			*held = false;
+		}
 		/* The read lock keeps the sink (sink.c) and the record: once
 		 * published, its event may be taken and freed at once. */
 		fanout__read_lock();
@@ -235,7 +247,7 @@ static void finalise(struct record *rec, bool local)
 				      memory_order_release);
 		fanout__table_retire(e, rec);
 	}
-	if (rec->background)
+	if (background)
 		fanout__active_put(e, 1);
 	else if (!local)
 		/* The last touch: a synchronous record's unit of `active` is
@@ -252,7 +264,7 @@ void fanout__join_sub(struct record *rec, uint32_t n)
 {
 	if (atomic_fetch_sub_explicit(&rec->remaining, n,
 				      memory_order_acq_rel) == n)
-		finalise(rec, false);
+		finalise(rec, false, NULL);
 }
 
 /* ----------------------------------------------------------------- run */
@@ -570,9 +582,11 @@ static void run_chunk(struct record *rec, struct progress_slot *prog,
 /* A runner is through: count what it ran and hand its finished children
  * to the join counter in ONE subtraction; the one that takes it to zero
  * finalises.  @prog: its progress slot, or NULL.  @local: the fanout_run
- * caller's own run.  Returns whether this runner finalised. */
+ * caller's own run.  @held: the runner's record reference, or NULL if it
+ * holds none; finalising a background record drops it and clears *@held.
+ * Returns whether this runner finalised. */
 static bool runner_done(struct record *rec, struct progress_slot *prog,
-			const struct tally *t, bool local)
+			const struct tally *t, bool local, bool *held)
 {
 	struct fanout_engine *e = rec->e;
 	int self;
@@ -606,7 +620,7 @@ static bool runner_done(struct record *rec, struct progress_slot *prog,
 		 * child only has library code left. */
 		if (!tls_child)
 			fq_tail(e->q);
-		finalise(rec, local);
+		finalise(rec, local, held);
 		return true;
 	}
 	return false;
@@ -729,8 +743,9 @@ static int park(struct record *rec)
 /* One runner: a ring token, or (@local) the fanout_run caller.  It takes
  * chunks until none is left, then hands everything it finished to the
  * join counter in ONE subtraction, so `remaining` is touched once per
- * runner, not once per chunk.  Returns whether it finalised. */
-static bool run_token(struct record *rec, bool local)
+ * runner, not once per chunk.  @held as in runner_done.  Returns whether
+ * it finalised. */
+static bool run_token(struct record *rec, bool local, bool *held)
 {
 	uint32_t n = rec->ntasks, chunk = rec->chunk;
 	/* The caller has slot 0 (a synchronous record hands out from 1);
@@ -804,7 +819,7 @@ static bool run_token(struct record *rec, bool local)
 			break;
 		chunk = next_chunk(rec, chunk, end, cycles);
 	}
-	return runner_done(rec, prog, &t, local);
+	return runner_done(rec, prog, &t, local, held);
 }
 
 /* The fq_work function: a ring token, holding one record reference. */
@@ -812,8 +827,11 @@ void fanout__run_token(struct fq_work *w)
 {
 	struct record *rec = caa_container_of(w, struct record, work);
 
-	run_token(rec, false);
-	fanout__rec_put(rec, 1);
+	bool held = true;
+
+	run_token(rec, false, &held);
+	if (held)
+		fanout__rec_put(rec, 1);
 }
 
 /* The fanout_run caller's own run of its record.  It holds no reference
@@ -822,7 +840,7 @@ void fanout__run_token(struct fq_work *w)
  * done_word, and there is nothing to wait for). */
 bool fanout__run_own(struct record *rec)
 {
-	return run_token(rec, true);
+	return run_token(rec, true, NULL);
 }
 
 /*
@@ -853,6 +871,7 @@ bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *), void *arg)
 	struct record *rec;
 	uint32_t n, chunk, i, end;
 	struct tally t = {0, 0, 0, false};
+	bool held = true; /* the token's reference, or our own */
 	uint64_t cycles;
 
 	if (!w)
@@ -893,8 +912,9 @@ bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *), void *arg)
 		}
 		chunk = next_chunk(rec, chunk, end, cycles);
 	}
-	runner_done(rec, NULL, &t, false);
-	fanout__rec_put(rec, 1); /* ours, or the token's if it is used up */
+	runner_done(rec, NULL, &t, false, &held);
+	if (held) /* ours, or the token's if it is used up */
+		fanout__rec_put(rec, 1);
 	return true;
 }
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_memory.c - the cache of large record blocks (lib/blocks.c).
+ * test_memory.c - the cache of large record blocks (lib/blocks.c), and
+ * the thread's limbo that serves blocks under 1 MiB first (lib/record.c).
  *
  * Records of big batches (16 KiB and more) are freed by RCU callbacks in
  * bursts; the engine keeps up to 32 MiB of them for the next dispatches,
@@ -11,6 +12,7 @@
  */
 #include "common.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "fanout_testing.h"
@@ -177,6 +179,45 @@ static void cached_dispatch_obeys_fault_injection(void **state)
 }
 
 #ifdef FANOUT_JEMALLOC
+/* Minor page faults of the process so far. */
+static long minor_faults(void)
+{
+	struct rusage ru;
+
+	assert_int_equal(getrusage(RUSAGE_SELF, &ru), 0);
+	return ru.ru_minflt;
+}
+
+/* Back-to-back batches of 192 children (a block of ~20 KiB, one of the
+ * block cache's classes) fault no pages in once warm.  Their blocks used
+ * to come back through call_rcu in bursts of hundreds, of which the
+ * cache kept 32; jemalloc got the rest, purged the emptied extents, and
+ * the next dispatches faulted fresh pages in: ~2,700 faults in 3,000
+ * delegations here (bench/PROFILE.txt phase 11).  Now the consumer's
+ * limbo hands each block back. */
+static void mid_size_batches_do_not_fault_pages_in(void **state)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = 2);
+	struct tbatch *tb = tb_new(192);
+	long before = 0;
+
+	for (int r = 0; r < 2; r++) {
+		if (r == 1)
+			before = minor_faults();
+		for (int i = 0; i < 3000; i++) {
+			struct fanout_event *ev;
+
+			must_dispatch(e, tb);
+			ev = must_wait(fanout_default_sink(e));
+			assert_int_equal(ev->ncompleted, 192);
+			fanout_event_free(ev);
+		}
+	}
+	assert_true(minor_faults() - before < 300);
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
 /* Resident set now, in KiB (/proc/self/statm, second field in pages). */
 static long rss_kb(void)
 {
@@ -261,6 +302,7 @@ int main(void)
 		TC(block_cache_hook_rejects_null),
 #ifdef FANOUT_JEMALLOC
 		TC(big_delegations_do_not_grow_the_process),
+		TC(mid_size_batches_do_not_fault_pages_in),
 		TC(kept_records_do_not_hold_their_blocks),
 #endif
 	};
