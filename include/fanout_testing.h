@@ -91,10 +91,9 @@ FANOUT_API bool fanout_test_wait_was_patient(void);
 /**
  * fanout_test_blocks_reused() - record blocks that dispatches in this
  * process took back from their thread's limbo (blocks under 1 MiB
- * retired by the same thread, reused once no read-side section could
- * hold them)
- * instead of allocating.  Exact for the calling thread's own reuses;
- * other threads' are added 16 at a time (and when they exit).
+ * retired by the same thread, reused once no read-side section could hold
+ * them) instead of allocating.  Exact for the calling thread's own
+ * reuses; other threads' are added 16 at a time (and when they exit).
  */
 FANOUT_API uint64_t fanout_test_blocks_reused(void);
 

@@ -11,8 +11,8 @@
  * section, so the record outlives finalisation.  The table reference goes
  * when the record is pruned (never before its event is published: pruning
  * happens in the finaliser after publishing).  The last put frees through
- * call_rcu, or, for a small one, keeps the block in the
- * thread's limbo until the epochs say no read-side section can hold it
+ * call_rcu, or, for a block under 1 MiB, keeps it in the thread's limbo
+ * until the epochs say no read-side section can hold it
  * ("Limbo"), so lookups that found the record under fanout__read_lock
  * still read valid memory.
  */
@@ -131,9 +131,9 @@ static void free_batch(struct record *first)
 }
 
 /*
- * Limbo.  A small record (a block below the block cache's classes, no
- * deferred children) whose last reference a thread drops stays in that
- * thread's limbo, a FIFO tagged by fanout__epoch_tag(), instead of going
+ * Limbo.  A record (a block under LIMBO_BLOCK_MAX, no deferred children)
+ * whose last reference a thread drops (not a worker, for a background
+ * record: see limbo_fits) stays in that thread's limbo, a FIFO tagged by fanout__epoch_tag(), instead of going
  * to call_rcu.  The thread's next fanout__rec_alloc() takes the oldest
  * limbo block if it fits and the epoch says that no read-side section can
  * still hold it (epoch.c): the block comes back to the thread that last
@@ -150,9 +150,9 @@ static void free_batch(struct record *first)
  * read-side section is also an RCU one.  A limbo block is plain allocator
  * memory and serves a dispatch to any engine; freeing it later touches
  * none: a block that leaves a limbo goes to the allocator, not to an
- * engine's block cache (`spilled`), whatever its size.  Blocks of the
- * cache's classes (big batches) are kept up to LIMBO_BYTES in all, and
- * one of LIMBO_BLOCK_MAX or more not at all.
+ * engine's block cache (`spilled`), whatever its size.  A limbo also
+ * holds at most LIMBO_BYTES: past that its oldest blocks go to call_rcu
+ * one by one.
  */
 #define LIMBO_MAX 64u
 #define LIMBO_BYTES ((size_t)8 << 20)
