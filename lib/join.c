@@ -826,7 +826,6 @@ static bool run_token(struct record *rec, bool local, bool *held)
 void fanout__run_token(struct fq_work *w)
 {
 	struct record *rec = caa_container_of(w, struct record, work);
-
 	bool held = true;
 
 	run_token(rec, false, &held);
