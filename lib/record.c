@@ -174,6 +174,8 @@ struct limbo {
 };
 
 static FQ_TLS struct limbo tls_limbo;
+/* Whether this thread ever allocated a record (dispatched or ran). */
+static FQ_TLS bool tls_allocates;
 /* A: a statistic for tests.  Each thread adds its reuses 16 at a time,
  * so that the dispatch path writes no line other threads write, and the
  * rest when it asks (fanout__limbo_reused) or drains. */
@@ -199,16 +201,20 @@ static void count_reused(struct limbo *l)
  * 80-112, 160-224 children) jemalloc then purges emptied slabs and
  * faults fresh pages in, 1-3 page faults per dispatch (bench/PROFILE.txt,
  * phase 11: batch 96 ran at 4.3M children/s from jemalloc, 13.9M from
- * the limbo; batch 1 x 16 the same either way).  Not in a worker's limbo
- * (a worker drops a background record's last reference when the
- * consumer freed the event first): a worker dispatches only from a
- * child, so the block would wait there unused.  And only a thread with
- * an exit hook keeps a limbo (or its blocks would be lost with it). */
+ * the limbo; batch 1 x 16 the same either way).  Only in the limbo of a
+ * thread that allocates records itself: a worker (which drops a
+ * background record's last reference when the consumer freed the event
+ * first) or a thread that only consumes would keep blocks it never
+ * reuses, and the big ones would miss the engine's block cache, where
+ * the dispatching thread finds them (a consumer thread apart from the
+ * dispatcher: batch 512 ran at 13.8M children/s instead of 17.9-20.4M).
+ * And only a thread with an exit hook keeps a limbo (or its blocks would
+ * be lost with it). */
 static bool limbo_fits(const struct record *rec)
 {
 	/* relaxed: the last put's acquire ordered every push. */
 	return rec->alloc_size < LIMBO_BLOCK_MAX &&
-	       (!rec->background || !fq_on_worker()) &&
+	       (!rec->background || tls_allocates) &&
 	       !atomic_load_explicit(&rec->pendings, memory_order_relaxed) &&
 	       fanout__epoch_hooked();
 }
@@ -419,6 +425,8 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	head = (head + CACHELINE - 1) & ~(size_t)(CACHELINE - 1);
 	head += nrunners * sizeof(struct progress_slot);
 	size = head + ntask_slots * sizeof(struct fanout_task) + n + strings;
+	if (!tls_allocates)
+		tls_allocates = true;
 	rec = limbo_take(size, &fault);
 	if (rec)
 		size = rec->alloc_size;

@@ -1042,11 +1042,6 @@ int fq_self(const struct fq *q)
 	return self && self->q == q ? (int)self->index : -1;
 }
 
-bool fq_on_worker(void)
-{
-	return tls_self != NULL;
-}
-
 void fq_worker_stats(const struct fq *q, unsigned i, struct fq_worker_stats *st)
 {
 	const struct fq_worker *wk = &q->workers[i];

@@ -179,8 +179,6 @@ bool fq_woke_here(void);
 uint64_t fq_spin_ns(const struct fq *q);
 /* Index of the calling worker thread of @q, or -1 if it is not one. */
 int fq_self(const struct fq *q);
-/* Whether the calling thread is a worker of any queue. */
-bool fq_on_worker(void);
 void fq_worker_stats(const struct fq *q, unsigned i,
 		     struct fq_worker_stats *st);
 /* Injection point for fault tests: the k-th pthread_create fails. */
