@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_epoch.c - small record blocks, of synchronous and background
- * delegations, come back to the thread that retired them (lib/record.c "Limbo", lib/epoch.c), and never while a read-side
- * section that could hold them is open.
+ * test_epoch.c - record blocks under 1 MiB, of synchronous and background
+ * delegations, come back to the thread that retired them (lib/record.c
+ * "Limbo", lib/epoch.c), and never while a read-side section that could
+ * hold them is open.
  *
  * fanout_test_blocks_reused() counts blocks a dispatch took from its
  * thread's limbo; fanout_test_read_section() opens a section as lookups
