@@ -171,11 +171,10 @@ struct limbo {
 	unsigned n;
 	size_t bytes;	 /* the blocks' alloc_size summed */
 	unsigned reused; /* reuses not yet added to limbo_reused_total */
+	bool allocates;	 /* this thread allocated a record (dispatch, run) */
 };
 
 static FQ_TLS struct limbo tls_limbo;
-/* Whether this thread ever allocated a record (dispatched or ran). */
-static FQ_TLS bool tls_allocates;
 /* A: a statistic for tests.  Each thread adds its reuses 16 at a time,
  * so that the dispatch path writes no line other threads write, and the
  * rest when it asks (fanout__limbo_reused) or drains. */
@@ -214,7 +213,7 @@ static bool limbo_fits(const struct record *rec)
 {
 	/* relaxed: the last put's acquire ordered every push. */
 	return rec->alloc_size < LIMBO_BLOCK_MAX &&
-	       (!rec->background || tls_allocates) &&
+	       (!rec->background || tls_limbo.allocates) &&
 	       !atomic_load_explicit(&rec->pendings, memory_order_relaxed) &&
 	       fanout__epoch_hooked();
 }
@@ -271,6 +270,7 @@ static struct record *limbo_take(size_t size, bool *fault)
 								size + size / 2;
 
 	*fault = false;
+	l->allocates = true; /* one TLS base with the limbo's own fields */
 	if (!rec || rec->alloc_size < size || rec->alloc_size > most ||
 	    !fanout__epoch_safe(rec->limbo_tag,
 				l->n >= LIMBO_ADVANCE &&
@@ -425,8 +425,6 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	head = (head + CACHELINE - 1) & ~(size_t)(CACHELINE - 1);
 	head += nrunners * sizeof(struct progress_slot);
 	size = head + ntask_slots * sizeof(struct fanout_task) + n + strings;
-	if (!tls_allocates)
-		tls_allocates = true;
 	rec = limbo_take(size, &fault);
 	if (rec)
 		size = rec->alloc_size;
