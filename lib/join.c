@@ -237,16 +237,14 @@ static void finalise(struct record *rec, bool local, bool *held)
 		fanout__sink_publish(s, rec);
 		atomic_store_explicit(&rec->state, REC_FINISHED,
 				      memory_order_release);
-		fanout__table_retire(e, rec);
 		fanout__read_unlock();
 	} else {
 		/* Nobody has the event before the wake-up below, so the
-		 * record needs no read lock, and pruning needs none of its
-		 * own (table.c, "Pruning"). */
+		 * record needs no read lock. */
 		atomic_store_explicit(&rec->state, REC_FINISHED,
 				      memory_order_release);
-		fanout__table_retire(e, rec);
 	}
+	/* Pruning waits for the event to be freed (table.c, "Pruning"). */
 	if (background)
 		fanout__active_put(e, 1);
 	else if (!local)

@@ -505,16 +505,21 @@ int fanout_sink_fd(struct fanout_sink *s)
 	return s->efd;
 }
 
+/* The event's reference, and the table's if the record's tomb took its
+ * place (table.c, "Tombs"); the record joins the kept ring first, which
+ * prunes an older one (table.c, "Pruning"). */
+static void event_release(struct record *rec)
+{
+	uint32_t refs = fanout__table_compact(rec);
+
+	fanout__table_retire(rec->e, rec);
+	fanout__rec_put(rec, refs);
+}
+
 void fanout_event_free(struct fanout_event *ev)
 {
-	struct record *rec;
-
-	if (!ev)
-		return;
-	rec = caa_container_of(ev, struct record, ev);
-	/* The event's reference, and the table's if the record's tomb took
-	 * its place (table.c, "Tombs"). */
-	fanout__rec_put(rec, fanout__table_compact(rec));
+	if (ev)
+		event_release(caa_container_of(ev, struct record, ev));
 }
 
 struct fanout_sink *fanout_default_sink(struct fanout_engine *e)
@@ -594,6 +599,7 @@ static uint32_t queued(struct fanout_sink *s)
 
 int fanout_sink_destroy(struct fanout_sink *s)
 {
+	struct record *rec;
 	uint32_t untaken;
 
 	if (!s || s->is_default)
@@ -606,6 +612,11 @@ int fanout_sink_destroy(struct fanout_sink *s)
 	untaken = atomic_load_explicit(&s->untaken, memory_order_relaxed);
 	if (untaken && queued(s) < untaken)
 		return -EBUSY; /* some accepted delegation will still publish */
+	/* The events nobody took are freed as events, so that their records
+	 * are pruned like any other's; what sink_free_rcu() drains after
+	 * the grace period is then only what fanout_destroy() leaves. */
+	while ((rec = take(s)))
+		event_release(rec);
 	sink_unlink(s);
 	call_rcu(&s->rcu, sink_free_rcu);
 	return 0;

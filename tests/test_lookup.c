@@ -270,22 +270,17 @@ static void lookup_keep_completed_prunes(void **state)
 	assert_int_equal(fanout_lookup(e, ida, &info), 0);
 	assert_int_equal(info.status, FANOUT_COMPLETED);
 
-	/* many more: A is pruned eventually */
+	/* many more, but A's event is not freed yet: A stays, whole */
 	for (int i = 0; i < 20; i++)
 		finish_one(e);
-	uint64_t end = mono_ms() + WAIT_MS;
-	while (fanout_lookup(e, ida, &info) == 0) {
-		assert_true(mono_ms() < end);
-		finish_one(e);
-		sleep_ms(1);
-	}
-	assert_int_equal(fanout_lookup(e, ida, &info), -ENOENT);
-	assert_int_equal(fanout_cancel(e, ida, FANOUT_CANCEL_PENDING), -ENOENT);
-	size_t n = 0;
-	assert_int_equal(fanout_list(e, NULL, 0, &n), 0);
-	assert_true(n < 24); /* pruning happened in the listing too */
+	memset(&info, 0, sizeof(info));
+	assert_int_equal(fanout_lookup(e, ida, &info), 0);
+	assert_int_equal(info.status, FANOUT_COMPLETED);
+	assert_int_equal(info.ntasks, 3);
+	assert_float_equal(info.cost, 6.0, 1e-9);
+	assert_string_equal(info.session_key, "session-A");
 
-	/* A's event, never polled, is intact after its record is gone */
+	/* A's event, polled after 23 newer ones finished, is intact */
 	struct fanout_event *ev = NULL;
 	assert_int_equal(fanout_poll(sa, &ev), 0);
 	assert_true(ev->id == ida);
@@ -309,6 +304,14 @@ static void lookup_keep_completed_prunes(void **state)
 	assert_true(len > 0 && (size_t)len < sizeof(buf));
 	assert_contains(buf, "summary of A/0");
 	fanout_event_free(ev);
+
+	/* freed: pruned at once, since more than keep_completed newer ones
+	 * finished (and were freed) meanwhile */
+	assert_int_equal(fanout_lookup(e, ida, &info), -ENOENT);
+	assert_int_equal(fanout_cancel(e, ida, FANOUT_CANCEL_PENDING), -ENOENT);
+	size_t n = 0;
+	assert_int_equal(fanout_list(e, NULL, 0, &n), 0);
+	assert_true(n <= 4); /* the kept ones: pruning shows in the list */
 	assert_int_equal(fanout_poll(sa, &ev), -EAGAIN);
 	assert_int_equal(fanout_sink_destroy(sa), 0);
 	tb_free(a);
@@ -345,6 +348,40 @@ static void lookup_running_never_pruned(void **state)
 	assert_int_equal(fanout_lookup(e, id, &info), 0);
 	assert_int_equal(info.status, FANOUT_COMPLETED);
 	tb_free(g);
+	fanout_destroy(e);
+}
+
+/* Events nobody took are freed by fanout_sink_destroy(), and their
+ * records are then pruned like any other: without that they would stay
+ * in the table until fanout_destroy(). */
+static void sink_destroy_prunes_untaken(void **state)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .keep_completed = 2,
+					     .flags = FANOUT_NO_PIN);
+	struct fanout_sink *s = NULL;
+	struct tbatch *tb = tb_new(1);
+	struct fanout_info info;
+	fanout_id id[3];
+	size_t n = 0;
+
+	assert_int_equal(fanout_sink_create(e, &s), 0);
+	tb->b.sink = s;
+	for (int i = 0; i < 3; i++) {
+		id[i] = must_dispatch(e, tb);
+		wait_finished(e, id[i]);
+	}
+	/* untaken: kept however many newer ones finish */
+	for (int i = 0; i < 4; i++)
+		finish_one(e);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(fanout_lookup(e, id[i], &info), 0);
+	assert_int_equal(fanout_sink_destroy(s), 0);
+	/* freed with the sink, after 4 newer ones finished: pruned */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(fanout_lookup(e, id[i], &info), -ENOENT);
+	assert_int_equal(fanout_list(e, NULL, 0, &n), 0);
+	assert_true(n <= 2);
+	tb_free(tb);
 	fanout_destroy(e);
 }
 
@@ -654,6 +691,7 @@ int main(void)
 		TC(list_running_and_finished_sorted),
 		TC(lookup_keep_completed_prunes),
 		TC(lookup_running_never_pruned),
+		TC(sink_destroy_prunes_untaken),
 		TC(lookup_after_event_freed),
 		TC(lookup_sync_records),
 		TC(lookup_concurrent_with_pruning),
