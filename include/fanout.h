@@ -272,13 +272,16 @@ FANOUT_API const char *fanout_status_name(enum fanout_status st);
  *                  (depth d) delegating to engine B makes children of
  *                  depth d + 1, checked against B's max_depth, and
  *                  fanout_delegate(B) from it runs inline.
- * @keep_completed: finished records kept for lookup/list (default 1024, at
- *                  most 1<<24).  Once its event is freed, a kept record
- *                  is a 128-byte summary in the table (a "tomb": what
- *                  fanout_lookup() shows) and its block is freed; a
- *                  record whose session_key is longer than 47 bytes, or
- *                  whose event is not freed yet, holds its whole block
- *                  (results and strings) until it is pruned.  Freed
+ * @keep_completed: finished records whose event was freed that are kept
+ *                  for lookup/list (default 1024, at most 1<<24).  A
+ *                  record whose event is not freed yet (not taken, or
+ *                  taken and held) stays in the table besides them and
+ *                  is never pruned.  Once its event is freed, a kept
+ *                  record is a 128-byte summary in the table (a "tomb":
+ *                  what fanout_lookup() shows) and its block is freed; a
+ *                  record whose session_key is longer than 47 bytes
+ *                  holds its whole block (results and strings) until it
+ *                  is pruned.  Freed
  *                  blocks of 16 KiB or more (batches of about 150
  *                  children and up) are kept for reuse by the engine, up
  *                  to 32 MiB, until fanout_destroy().
@@ -516,9 +519,9 @@ struct fanout_event {
  * @session_key:  the batch's session_key, or NULL.  Points into the record
  *                or its tomb (see keep_completed): read it right after the
  *                call - it stays valid only until the record is pruned
- *                (keep_completed newer delegations finishing) or, for a
- *                pointer into the record, until its event is freed and
- *                a grace period has passed.  Copy it to keep it.
+ *                (see fanout_lookup()) or, for a pointer into the
+ *                record, until its event is freed and a grace period has
+ *                passed.  Copy it to keep it.
  * @npending:     deferred children not completed yet (see fanout_defer()).
  */
 struct fanout_info {
@@ -802,9 +805,10 @@ FANOUT_API int fanout_cancel_session(struct fanout_engine *e,
  * @e, @id: engine and delegation.
  * @info:   receives the snapshot.
  *
- * Finished records stay visible until at least keep_completed newer
- * delegations have finished, and never vanish before their event was
- * published.  Context: RCU read side; never blocks.
+ * A finished record stays visible while its event is not freed, and
+ * after that until at least keep_completed newer delegations have
+ * finished (it is pruned when one of those has its event freed too).
+ * Context: RCU read side; never blocks.
  * Return: 0; -EINVAL (NULL argument, id 0); -ENOENT; -EOWNERDEAD (@e
  * crossed a fork(): the child's copy of a record would never change).
  */
@@ -1040,13 +1044,14 @@ FANOUT_API int fanout_sink_create(struct fanout_engine *e,
 /**
  * fanout_sink_destroy() - free a sink and any events still queued in it.
  *
- * The sink is gone for the caller at once; its memory, its queued events
- * and its eventfd are released after an RCU grace period (a publisher may
- * still be finishing), so the fd number stays taken for a moment.  Do not
- * close the fd yourself.
- * Events queued and not taken yet are allowed: they are freed with the
- * sink.  Cost: a walk over the queued events (to tell queued from still to
- * publish).
+ * The sink is gone for the caller at once; its memory and its eventfd
+ * are released after an RCU grace period (a publisher may still be
+ * finishing), so the fd number stays taken for a moment.  Do not close
+ * the fd yourself.
+ * Events queued and not taken yet are allowed: they are freed here, as
+ * fanout_event_free() would (their records are then pruned like any
+ * other's, see fanout_lookup()).  Cost: a walk over the queued events (to
+ * tell queued from still to publish) and the frees.
  * Return: 0; -EINVAL (NULL, or the engine's default sink, which
  * fanout_destroy() frees); -EBUSY when accepted delegations will still
  * publish to it (wait for or cancel them first; nothing is freed);

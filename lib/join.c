@@ -199,9 +199,9 @@ static void finalise(struct record *rec, bool local, bool *held)
 	 * (one RMW for both).  release: pairs with the acquire load there,
 	 * which then sees this delegation's st_dispatched/st_runs increment
 	 * (made before the ring handoff, or earlier on this thread) -
-	 * snapshots never show completed > started.  Other finalisers need
-	 * only the RMW's total order (they read finish_seq through the kept[]
-	 * CAS, acq_rel). */
+	 * snapshots never show completed > started.  Pruning needs only the
+	 * RMW's total order (it reads finish_seq through the event's
+	 * hand-over and the kept[] CAS, acq_rel). */
 	rec->finish_seq = atomic_fetch_add_explicit(&e->finish_seq, 1,
 						    memory_order_release);
 	/* Before the event can be taken and freed (table.c, "Tombs"). */

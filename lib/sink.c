@@ -41,11 +41,13 @@
  * this sink, so those happen before it), and the queue only grows, so a
  * count that reaches `untaken` means every publisher has at least done its
  * enqueue.  It does the rest of its publishing (signal, eventfd) inside
- * the RCU read lock, and fanout_sink_destroy() only unlinks the sink and
- * hands it to call_rcu, whose callback drains and frees it after the grace
- * period, when no publisher can still be inside.  So a consumer that took
- * the last event may destroy the sink at once, and queued events nobody
- * took are freed with it.
+ * the RCU read lock, so fanout_sink_destroy() takes and frees the queued
+ * events (as fanout_event_free does: their records are pruned like any
+ * other's), unlinks the sink and hands it to call_rcu, whose callback
+ * frees it after the grace period, when no publisher can still be inside.
+ * So a consumer that took the last event may destroy the sink at once.
+ * The callback's drain then finds nothing; fanout_destroy() drains its
+ * sinks with plain puts, since its table evicts every record anyway.
  *
  * eventfd.  `armed` means "the eventfd is readable, or a write is on its
  * way".  Only the consumer disarms, and it reads (clears) the eventfd
@@ -612,9 +614,7 @@ int fanout_sink_destroy(struct fanout_sink *s)
 	untaken = atomic_load_explicit(&s->untaken, memory_order_relaxed);
 	if (untaken && queued(s) < untaken)
 		return -EBUSY; /* some accepted delegation will still publish */
-	/* The events nobody took are freed as events, so that their records
-	 * are pruned like any other's; what sink_free_rcu() drains after
-	 * the grace period is then only what fanout_destroy() leaves. */
+	/* The events nobody took, freed as events (see "Destroy"). */
 	while ((rec = take(s)))
 		event_release(rec);
 	sink_unlink(s);
