@@ -251,7 +251,13 @@ FANOUT_API const char *fanout_status_name(enum fanout_status st);
 /**
  * struct fanout_config - engine configuration; a zeroed field = its default.
  * @workers:        worker threads (default: CPUs this process may run on;
- *                  at most 1024).
+ *                  at most 1024).  Workers are pinned one per CPU of the
+ *                  calling thread's affinity mask, or, when the calling
+ *                  thread is pinned to a single CPU, of the mask the
+ *                  process had when the library was loaded (so a
+ *                  dispatcher pinned to its own core does not confine
+ *                  the workers to it); unpinned workers (FANOUT_NO_PIN)
+ *                  may run on the same CPUs.
  * @flags:          0 (workers pinned one per CPU, waits only wait,
  *                  children timed), or any of FANOUT_NO_PIN,
  *                  FANOUT_WAIT_HELPS and FANOUT_NO_CHILD_CLOCK.

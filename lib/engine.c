@@ -29,7 +29,6 @@
 #include "internal.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -47,11 +46,11 @@
 
 static unsigned cpu_count(void)
 {
-	cpu_set_t set;
+	unsigned c = fq_cpu_count();
 	long n;
 
-	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-		return (unsigned)CPU_COUNT(&set);
+	if (c)
+		return c;
 	n = sysconf(_SC_NPROCESSORS_ONLN);
 	return n > 0 ? (unsigned)n : 1;
 }

@@ -97,7 +97,7 @@ void fq_done_wait(_Atomic uint32_t *word, uint64_t spin_ns);
 
 struct fq_params {
 	unsigned workers; /* >= 1 */
-	bool pin;	  /* pin worker i to the i-th CPU we may run on */
+	bool pin;	  /* pin worker i to the i-th CPU of fq_cpu_count's */
 	unsigned slots;	  /* ring size, power of two >= 4 */
 	uint64_t spin_ns; /* idle spin before parking */
 };
@@ -112,6 +112,10 @@ struct fq_worker_stats {
 
 /* Create and start.  0, -ENOMEM, -EAGAIN (thread creation failed: the
  * threads already started are stopped and everything is freed). */
+/* How many CPUs workers may use: the calling thread's, or the process's
+ * at load time when the caller is pinned to one CPU (fq.c, worker_mask);
+ * 0 if unknown. */
+unsigned fq_cpu_count(void);
 int fq_create(const struct fq_params *p, struct fq **out);
 /* Drain the ring, stop and join the workers.  Idempotent. */
 void fq_stop(struct fq *q);

@@ -182,6 +182,72 @@ static void create_pinned(void **state)
 	fanout_destroy(e);
 }
 
+static int mask_size_fn(struct fanout_child *c, void *arg)
+{
+	cpu_set_t set;
+
+	(void)c;
+	CPU_ZERO(&set);
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		atomic_store((atomic_int *)arg, CPU_COUNT(&set));
+	return 0;
+}
+
+/* A caller pinned to one CPU (a dispatcher on its own core) does not
+ * confine the workers to that CPU: they use the CPUs the process could
+ * use when the library was loaded.  Before, both workers were pinned to
+ * the caller's CPU, the default worker count was 1, and unpinned workers
+ * inherited the caller's one-CPU mask. */
+static void a_pinned_caller_does_not_confine_workers(void **state)
+{
+	cpu_set_t saved, one;
+	atomic_int mask_size = 0;
+	struct fanout_task t = {"mask", mask_size_fn, &mask_size};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	struct fanout_event *ev;
+	int first = -1;
+
+	assert_int_equal(
+		pthread_getaffinity_np(pthread_self(), sizeof(saved), &saved),
+		0);
+	if (CPU_COUNT(&saved) < 2)
+		skip();
+	for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
+		if (CPU_ISSET(c, &saved))
+			first = c;
+	CPU_ZERO(&one);
+	CPU_SET(first, &one);
+	assert_int_equal(
+		pthread_setaffinity_np(pthread_self(), sizeof(one), &one), 0);
+
+	struct fanout_engine *e = NEW_ENGINE(.workers = 2);
+	struct fanout_stats st = stats_of(e);
+	for (unsigned i = 0; i < 2; i++)
+		assert_true(CPU_ISSET(st.worker[i].cpu, &saved));
+	assert_int_not_equal(st.worker[0].cpu, st.worker[1].cpu);
+	run_some(e, 8);
+	fanout_destroy(e);
+
+	e = NEW_ENGINE(.workers = 0);
+	st = stats_of(e);
+	assert_int_equal(st.nworkers, (unsigned)CPU_COUNT(&saved) < 1024 ?
+					      (unsigned)CPU_COUNT(&saved) :
+					      1024u);
+	fanout_destroy(e);
+
+	e = NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	assert_int_equal(fanout_dispatch(e, &b, NULL), 0);
+	ev = must_wait(fanout_default_sink(e));
+	assert_int_equal(ev->ncompleted, 1);
+	fanout_event_free(ev);
+	assert_int_equal(atomic_load(&mask_size), CPU_COUNT(&saved));
+	fanout_destroy(e);
+
+	assert_int_equal(
+		pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved),
+		0);
+}
+
 static void create_one_worker(void **state)
 {
 	struct fanout_engine *e =
@@ -381,6 +447,7 @@ int main(void)
 		TC(create_other_limits),
 		TC(create_no_pin),
 		TC(create_pinned),
+		TC(a_pinned_caller_does_not_confine_workers),
 		TC(create_one_worker),
 		TC(stats_nworkers_matches),
 		TC(destroy_null_noop),
