@@ -35,7 +35,9 @@ double bench_py_idle(uint64_t ns);
 extern double bench_limit_pingpong, bench_limit_ring, bench_limit_futex,
 	bench_limit_futex_idle, bench_limit_rt_p50, bench_limit_rt_p999,
 	bench_limit_dram, bench_limit_dram_huge, bench_limit_syscall,
-	bench_limit_yield, bench_limit_clock, bench_limit_tick, bench_limit_rmw;
+	bench_limit_yield, bench_limit_clock, bench_limit_tick, bench_limit_rmw,
+	bench_limit_rtk_p50, bench_limit_rtk_p999;
+extern unsigned bench_limit_rtk_k;
 void bench_limits(void); /* one set of rounds; call at start and end */
 void bench_limits_report(void);
 

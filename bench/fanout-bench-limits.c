@@ -11,6 +11,12 @@
  *              hot latency scenario times fanout (the clock read around
  *              each sample): its p50 and p999 are the best a hand-off to
  *              another thread can do on this host, tail included;
+ *   rt tail k  the same with k round trips per sample, k chosen in the
+ *              set at the end of the run so that a sample lasts about as
+ *              long as fanout's hot single child (its p50 / the rt tail's
+ *              p50): a stall of the host lands in a sample in proportion
+ *              to the sample's length, so this is the tail floor of an
+ *              exchange as long as fanout's (bar 5);
  *   futex      round trip of two threads that each sleep in FUTEX_WAIT and
  *              wake the other with FUTEX_WAKE (what waking a parked worker
  *              and being woken by it costs), back to back;
@@ -69,6 +75,7 @@ struct pair {
 	void *(*fn_a)(void *);
 	void *(*fn_b)(void *);
 	uint64_t iters;
+	unsigned per_sample; /* rt_a: round trips per timed sample (>= 1) */
 	_Atomic uint32_t ready;
 	/* ping-pong line */
 	_Alignas(BENCH_CACHELINE) _Atomic uint64_t flag;
@@ -119,19 +126,23 @@ static void *pp_a(void *arg)
 	return NULL;
 }
 
-/* One round trip per sample, each timed (the "rt tail" limit). */
+/* per_sample round trips per sample, each sample timed (the "rt tail"
+ * limits); iters counts round trips, as pp_b does. */
 static void *rt_a(void *arg)
 {
 	struct pair *p = arg;
+	unsigned k = p->per_sample ? p->per_sample : 1;
 	bench_pin_self(cpu_of(0));
 	start_gate(p);
-	for (uint64_t i = 1; i <= p->iters; i++) {
+	for (uint64_t i = 1; i + k - 1 <= p->iters;) {
 		uint64_t t0 = bench_now_ns();
-		atomic_store_explicit(&p->flag, 2 * i - 1,
-				      memory_order_release);
-		while (atomic_load_explicit(&p->flag, memory_order_acquire) !=
-		       2 * i)
-			;
+		for (unsigned j = 0; j < k; j++, i++) {
+			atomic_store_explicit(&p->flag, 2 * i - 1,
+					      memory_order_release);
+			while (atomic_load_explicit(
+				       &p->flag, memory_order_acquire) != 2 * i)
+				;
+		}
 		bench_hist_add(p->h, bench_now_ns() - t0);
 	}
 	return NULL;
@@ -344,8 +355,9 @@ static double locked_rmw_ns(uint64_t n)
 	return ((double)(t1 - t0) - (double)(t2 - t1)) / (double)n;
 }
 
-static double run_pair_h(void *(*a)(void *), void *(*b)(void *), uint64_t iters,
-			 bool ring, uint64_t gap_ns, struct bench_hist *h)
+static double run_pair_hk(void *(*a)(void *), void *(*b)(void *),
+			  uint64_t iters, bool ring, uint64_t gap_ns,
+			  struct bench_hist *h, unsigned per_sample)
 {
 	struct pair *p = aligned_alloc(BENCH_CACHELINE,
 				       (sizeof(*p) + BENCH_CACHELINE - 1) &
@@ -354,6 +366,7 @@ static double run_pair_h(void *(*a)(void *), void *(*b)(void *), uint64_t iters,
 		bench_die("out of memory");
 	memset(p, 0, sizeof(*p));
 	p->iters = iters;
+	p->per_sample = per_sample;
 	p->gap_ns = gap_ns;
 	p->h = h;
 	if (ring) {
@@ -370,6 +383,12 @@ static double run_pair_h(void *(*a)(void *), void *(*b)(void *), uint64_t iters,
 	free(p->buf);
 	free(p);
 	return 0;
+}
+
+static double run_pair_h(void *(*a)(void *), void *(*b)(void *), uint64_t iters,
+			 bool ring, uint64_t gap_ns, struct bench_hist *h)
+{
+	return run_pair_hk(a, b, iters, ring, gap_ns, h, 1);
 }
 
 /* Run a pair; return the median block time divided by @per_block. */
@@ -474,7 +493,9 @@ static long huge_kb(const void *p)
 double bench_limit_pingpong, bench_limit_ring, bench_limit_futex,
 	bench_limit_futex_idle, bench_limit_rt_p50, bench_limit_rt_p999,
 	bench_limit_dram, bench_limit_dram_huge, bench_limit_syscall,
-	bench_limit_yield, bench_limit_clock, bench_limit_tick, bench_limit_rmw;
+	bench_limit_yield, bench_limit_clock, bench_limit_tick, bench_limit_rmw,
+	bench_limit_rtk_p50, bench_limit_rtk_p999;
+unsigned bench_limit_rtk_k;
 
 /*
  * The limits are measured in two sets, at the start and at the end of the
@@ -487,7 +508,7 @@ static double lim_pp[LIM_MAX_ROUNDS], lim_rg[LIM_MAX_ROUNDS],
 	lim_d2[LIM_MAX_ROUNDS], lim_sc[LIM_MAX_ROUNDS], lim_yl[LIM_MAX_ROUNDS],
 	lim_ck[LIM_MAX_ROUNDS], lim_tk[LIM_MAX_ROUNDS], lim_rw[LIM_MAX_ROUNDS];
 static unsigned lim_n;
-static struct bench_hist *lim_hi, *lim_rt;
+static struct bench_hist *lim_hi, *lim_rt, *lim_rtk;
 static struct chase lim_c4, lim_ch;
 static long lim_huge_kb = -1;
 
@@ -504,6 +525,16 @@ void bench_limits(void)
 		lim_hi = bench_hist_new();
 	if (!lim_rt)
 		lim_rt = bench_hist_new();
+	/* The set at the end of a full run: fanout's hot p50 is known, so
+	 * the "rt tail k" samples can be made as long (bar 5's floor). */
+	const struct bench_fig *hot =
+		bench_fig_find("latency hot", "p50", "fanout");
+	double rt50 = lim_rt->count ? bench_hist_quantile(lim_rt, 0.5) : 0;
+	if (hot && hot->value > 0 && rt50 > 0 && !lim_rtk) {
+		long k = lround(hot->value / rt50);
+		bench_limit_rtk_k = k < 1 ? 1 : k > 64 ? 64 : (unsigned)k;
+		lim_rtk = bench_hist_new();
+	}
 	/* warm-up */
 	run_pair(pp_a, pp_b, npp / 10, false, PP_BLOCK);
 	run_pair(ring_prod, ring_cons, nrg / 10, true, RING_BLOCK);
@@ -524,6 +555,9 @@ void bench_limits(void)
 		lim_fx[lim_n] = run_pair(fx_a, fx_b, nfx, false, 1);
 		run_pair_h(fxi_a, fx_b, nfi, false, 2000000, lim_hi);
 		run_pair_h(rt_a, pp_b, nrt, false, 0, lim_rt);
+		if (lim_rtk)
+			run_pair_hk(rt_a, pp_b, nrt * bench_limit_rtk_k, false,
+				    0, lim_rtk, bench_limit_rtk_k);
 		lim_d4[lim_n] = chase_run(&lim_c4, ndr, false);
 		lim_dh[lim_n] = chase_run(&lim_ch, ndr, false);
 		lim_d2[lim_n] = chase_run(&lim_c4, ndr / 2, true);
@@ -539,6 +573,10 @@ void bench_limits(void)
 	bench_limit_futex_idle = bench_hist_quantile(lim_hi, 0.5);
 	bench_limit_rt_p50 = bench_hist_quantile(lim_rt, 0.5);
 	bench_limit_rt_p999 = bench_hist_quantile(lim_rt, 0.999);
+	if (lim_rtk) {
+		bench_limit_rtk_p50 = bench_hist_quantile(lim_rtk, 0.5);
+		bench_limit_rtk_p999 = bench_hist_quantile(lim_rtk, 0.999);
+	}
 	bench_limit_dram = bench_median(lim_d4, lim_n);
 	bench_limit_dram_huge = bench_median(lim_dh, lim_n);
 	bench_limit_syscall = bench_median(lim_sc, lim_n);
@@ -571,6 +609,10 @@ void bench_limits_report(void)
 		{"futex wake RTT", bench_limit_futex},
 		{"round trip one at a time p50", bench_limit_rt_p50},
 		{"round trip one at a time p999", bench_limit_rt_p999},
+		{"round trips as long as fanout's hot child p50",
+		 bench_limit_rtk_p50},
+		{"round trips as long as fanout's hot child p999",
+		 bench_limit_rtk_p999},
 		{"futex wake RTT after 2 ms idle p50", bench_limit_futex_idle},
 		{"DRAM random read", bench_limit_dram},
 		{"DRAM random read, MADV_HUGEPAGE", bench_limit_dram_huge},
@@ -602,6 +644,18 @@ void bench_limits_report(void)
 			bench_limit_rt_p999 / bench_limit_rt_p50 :
 			NAN,
 		(unsigned long long)lim_rt->count);
+	if (lim_rtk)
+		fprintf(f,
+			"  %2u round trips per sample        %9.1f ns   p50 "
+			"(p99 %.1f, p999 %.1f: %.1fx p50; %llu samples; as "
+			"long as fanout's hot child)\n",
+			bench_limit_rtk_k, bench_limit_rtk_p50,
+			bench_hist_quantile(lim_rtk, 0.99),
+			bench_limit_rtk_p999,
+			bench_limit_rtk_p50 > 0 ?
+				bench_limit_rtk_p999 / bench_limit_rtk_p50 :
+				NAN,
+			(unsigned long long)lim_rtk->count);
 	fprintf(f,
 		"  raw ck_ring SPSC handoff         %9.1f ns/item (min %.1f, "
 		"max %.1f)\n",
