@@ -526,12 +526,17 @@ void bench_limits(void)
 	if (!lim_rt)
 		lim_rt = bench_hist_new();
 	/* The set at the end of a full run: fanout's hot p50 is known, so
-	 * the "rt tail k" samples can be made as long (bar 5's floor). */
+	 * the "rt tail k" samples can be made as long (bar 5's floor).  k
+	 * comes from a round trip timed now: the host may have changed
+	 * state since the set at the start. */
 	const struct bench_fig *hot =
 		bench_fig_find("latency hot", "p50", "fanout");
-	double rt50 = lim_rt->count ? bench_hist_quantile(lim_rt, 0.5) : 0;
-	if (hot && hot->value > 0 && rt50 > 0 && !lim_rtk) {
-		long k = lround(hot->value / rt50);
+	if (hot && hot->value > 0 && !lim_rtk) {
+		struct bench_hist *now = bench_hist_new();
+		run_pair_h(rt_a, pp_b, nrt, false, 0, now);
+		double rt50 = bench_hist_quantile(now, 0.5);
+		bench_hist_free(now);
+		long k = rt50 > 0 ? lround(hot->value / rt50) : 1;
 		bench_limit_rtk_k = k < 1 ? 1 : k > 64 ? 64 : (unsigned)k;
 		lim_rtk = bench_hist_new();
 	}
