@@ -221,7 +221,7 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 {
 	struct fanout_sink *s;
 	struct record *rec;
-	unsigned depth, want, got;
+	unsigned depth, want, got, now;
 	struct origin o;
 	size_t goals;
 	fanout_id id;
@@ -271,6 +271,15 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	rec->sink = s;
 	atomic_init(&rec->refs, 2 + got);
 	rec->chunk = fanout__chunk_for(b->ntasks, got);
+	now = got;
+	/* On demand: one runner now, the others once the batch proves slow
+	 * (join.c, "Runners on demand"); their credits and references are
+	 * taken with the first's.  Set before the record is reachable. */
+	if ((e->cfg.flags & FANOUT_RUNNERS_ON_DEMAND) && got > 1) {
+		atomic_store_explicit(&rec->held, got - 1,
+				      memory_order_relaxed);
+		now = 1;
+	}
 	id = rec->id;
 	/* The caller's id is written before anything is visible to a worker:
 	 * a child that reads the caller's variable sees the id (the ring's
@@ -283,7 +292,7 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	if (rec->deadline)
 		fanout__timer_add(e, rec);
 	FANOUT_PROBE_BATCH_SUBMIT(id, b->ntasks, depth);
-	fq_submit(e->q, &rec->work, got); /* rec may be gone after this */
+	fq_submit(e->q, &rec->work, now); /* rec may be gone after this */
 	recheck(e, id, &o);
 	origin_put(&o);
 	fanout__active_put(e, 1); /* the call's unit; the record keeps one */

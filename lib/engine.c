@@ -69,8 +69,8 @@ static int resolve(const struct fanout_config *in, struct fanout_config *c)
 	struct fanout_config z = {0};
 
 	*c = in ? *in : z;
-	if ((c->flags &
-	     ~(FANOUT_NO_PIN | FANOUT_WAIT_HELPS | FANOUT_NO_CHILD_CLOCK)) ||
+	if ((c->flags & ~(FANOUT_NO_PIN | FANOUT_WAIT_HELPS |
+			  FANOUT_NO_CHILD_CLOCK | FANOUT_RUNNERS_ON_DEMAND)) ||
 	    c->workers > MAX_WORKERS || c->max_tasks > MAX_TASKS ||
 	    c->max_depth > MAX_DEPTH || c->spin_ns > MAX_SPIN_NS ||
 	    c->queue_slots > MAX_SLOTS || c->max_async > MAX_ASYNC ||

@@ -217,10 +217,13 @@ struct record {
 	/* A: claimed ranges handed back for want of a place (join.c) */
 	_Atomic(struct leftover *) leftovers;
 	_Atomic uint32_t ncompleted; /* A: completed children (QUORUM) */
-	struct rcu_head rcu;	     /* L: deferred free */
-	struct record *free_next;    /* H: the engine's `retired` batch, or
-				      * a thread's limbo (record.c) */
-	uint64_t limbo_tag;	     /* H: epoch tag in a limbo */
+	/* A: ring tokens not submitted yet (FANOUT_RUNNERS_ON_DEMAND), each
+	 * with its ring credit and record reference taken (join.c). */
+	_Atomic uint32_t held;
+	struct rcu_head rcu;	  /* L: deferred free */
+	struct record *free_next; /* H: the engine's `retired` batch, or
+				   * a thread's limbo (record.c) */
+	uint64_t limbo_tag;	  /* H: epoch tag in a limbo */
 	bool spilled; /* H: left a limbo: freed to the allocator (record.c) */
 	struct cds_wfcq_node qnode; /* L: sink linkage */
 	uint64_t finish_seq;	    /* F: position among finished records */

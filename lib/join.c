@@ -153,6 +153,17 @@ static void finalise(struct record *rec, bool local, bool *held)
 		}
 	}
 	release_parked(rec);
+	/* Runners on demand never submitted: their credits and references.
+	 * relaxed: as in add_runners (the exchange decides). */
+	if (atomic_load_explicit(&rec->held, memory_order_relaxed)) {
+		uint32_t k = atomic_exchange_explicit(&rec->held, 0,
+						      memory_order_relaxed);
+
+		if (k) {
+			fq_unreserve(e->q, k);
+			fanout__rec_put(rec, k); /* the event's keeps it */
+		}
+	}
 	if (rec->deadline)
 		fanout__timer_done(e);
 	ev->id = rec->id;
@@ -653,6 +664,41 @@ static uint32_t next_chunk(const struct record *rec, uint32_t chunk,
 	return chunk < cap ? chunk : cap;
 }
 
+/*
+ * Runners on demand (FANOUT_RUNNERS_ON_DEMAND).  A background record
+ * starts with one ring token; the others it may have wait in `held`, with
+ * their ring credits and record references taken at dispatch.  After a
+ * chunk that did not end the batch, a runner submits them if the children
+ * left would take ON_DEMAND_NS or more at that chunk's speed, or if a
+ * child deferred (its runners then claim one child at a time).  One
+ * exchange takes them: a runner's, or finalise's, which gives back what
+ * is still held.  A token submitted late that finds nothing to claim
+ * leaves, as any token does.  A batch of quick children is so run by one
+ * worker, without a second token that usually arrives after the first
+ * runner claimed everything (bench/PROFILE.txt, phase 12 item 6).
+ */
+#define ON_DEMAND_NS 20000
+
+static void add_runners(struct record *rec, uint32_t i, uint32_t end,
+			uint64_t cycles)
+{
+	uint32_t k;
+
+	/* relaxed: a look; the exchange decides. */
+	if (!atomic_load_explicit(&rec->held, memory_order_relaxed))
+		return;
+	/* relaxed: a hint, as in run_token. */
+	if (!atomic_load_explicit(&rec->deferring, memory_order_relaxed) &&
+	    fq_cycles_to_ns(cycles) * (rec->ntasks - end) <
+		    (uint64_t)ON_DEMAND_NS * (end - i))
+		return;
+	/* relaxed: the exchange only decides who submits; the ring's
+	 * handoff publishes the record to the tokens' runners. */
+	k = atomic_exchange_explicit(&rec->held, 0, memory_order_relaxed);
+	if (k)
+		fq_submit(rec->e->q, &rec->work, k); /* credits held */
+}
+
 /* ------------------------------------------------------------- places */
 
 static bool take_place(struct record *rec)
@@ -815,6 +861,7 @@ static bool run_token(struct record *rec, bool local, bool *held)
 		 * parked tokens come back for them (give_place). */
 		if (end == n)
 			break;
+		add_runners(rec, i, end, cycles);
 		chunk = next_chunk(rec, chunk, end, cycles);
 	}
 	return runner_done(rec, prog, &t, local, held);
@@ -907,6 +954,7 @@ bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *), void *arg)
 					w); /* no room in the ring: run the rest */
 			break;
 		}
+		add_runners(rec, i, end, cycles);
 		chunk = next_chunk(rec, chunk, end, cycles);
 	}
 	runner_done(rec, NULL, &t, false, &held);

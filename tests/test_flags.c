@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_flags.c - the opt-in flags of issue 13: FANOUT_NO_CHILD_CLOCK (an
- * engine whose children are not timed) and FANOUT_BORROW_TASKS (a batch
- * whose task array and goals the library reads in place), and the default
- * each of them departs from (children timed, tasks and goals copied).
+ * engine whose children are not timed), FANOUT_BORROW_TASKS (a batch
+ * whose task array and goals the library reads in place) and
+ * FANOUT_RUNNERS_ON_DEMAND (a background batch that starts with one
+ * runner), and the default each of them departs from (children timed,
+ * tasks and goals copied, every runner started at once).
  */
 #include "common.h"
 
@@ -385,11 +387,92 @@ static void bad_batch_flags_refused(void **state)
 	fanout_destroy(e);
 }
 
+/* ------------------------------------------------ FANOUT_RUNNERS_ON_DEMAND */
+
+static atomic_int od_running, od_most;
+
+static int od_slow_fn(struct fanout_child *c, void *arg)
+{
+	int now = atomic_fetch_add(&od_running, 1) + 1, most;
+
+	(void)c;
+	(void)arg;
+	most = atomic_load(&od_most);
+	while (now > most &&
+	       !atomic_compare_exchange_weak(&od_most, &most, now))
+		;
+	sleep_us(3000);
+	atomic_fetch_sub(&od_running, 1);
+	return 0;
+}
+
+/* Eight children of 3 ms each on @e: how many ran at once at most. */
+static int od_slow_batch(struct fanout_engine *e)
+{
+	struct fanout_task t[8];
+	struct fanout_batch b = {.tasks = t, .ntasks = 8};
+	struct fanout_event *ev;
+
+	for (unsigned i = 0; i < 8; i++)
+		t[i] = (struct fanout_task){"slow", od_slow_fn, NULL};
+	atomic_store(&od_running, 0);
+	atomic_store(&od_most, 0);
+	assert_int_equal(fanout_dispatch(e, &b, NULL), 0);
+	ev = must_wait(fanout_default_sink(e));
+	assert_int_equal(ev->ncompleted, 8);
+	fanout_event_free(ev);
+	return atomic_load(&od_most);
+}
+
+/* Every child exactly once, at every size, and the held tokens' ring
+ * credits come back: the ring has 3, and a batch of 2 or more takes 2 (one
+ * held).  Had finalise kept the held ones, the quick batches would have
+ * used them up, and the slow batch at the end would get one token and no
+ * second runner. */
+static void on_demand_exactly_once_and_credits_back(void **state)
+{
+	static const unsigned sizes[] = {1, 2, 3, 8, 64, 513};
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .queue_slots = 4,
+			   .flags = FANOUT_NO_PIN | FANOUT_RUNNERS_ON_DEMAND);
+
+	for (unsigned s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+		for (unsigned r = 0; r < 20; r++) {
+			struct tbatch *tb = tb_new(sizes[s]);
+			fanout_id id = must_dispatch(e, tb);
+			struct fanout_event *ev =
+				must_wait(fanout_default_sink(e));
+
+			assert_true(ev->id == id);
+			check_all_completed(ev, tb);
+			fanout_event_free(ev);
+			tb_free(tb);
+		}
+	}
+	assert_int_equal(od_slow_batch(e), 2);
+	fanout_destroy(e);
+}
+
+/* Slow children get the other runner: the first child alone takes 3 ms,
+ * far more than the 20 us after which the held token is submitted, so
+ * the other worker runs children beside it.  Without the submit, one
+ * runner would run all eight one after the other. */
+static void on_demand_slow_children_get_a_second_runner(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2,
+			   .flags = FANOUT_NO_PIN | FANOUT_RUNNERS_ON_DEMAND);
+
+	assert_int_equal(od_slow_batch(e), 2);
+	fanout_destroy(e);
+}
+
 /* Both flags together, and the engine flags all at once. */
 static void flags_combine(void **state)
 {
 	struct fanout_engine *e =
-		engine_flags(2, FANOUT_WAIT_HELPS | FANOUT_NO_CHILD_CLOCK);
+		engine_flags(2, FANOUT_WAIT_HELPS | FANOUT_NO_CHILD_CLOCK |
+					FANOUT_RUNNERS_ON_DEMAND);
 	struct tbatch *tb = tb_new(32);
 	struct fanout_event *ev;
 
@@ -423,6 +506,8 @@ int main(void)
 		TC(default_run_copies_task_array),
 		TC(borrowed_big_batch),
 		TC(bad_batch_flags_refused),
+		TC(on_demand_exactly_once_and_credits_back),
+		TC(on_demand_slow_children_get_a_second_runner),
 		TC(flags_combine),
 	};
 

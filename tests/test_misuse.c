@@ -114,7 +114,7 @@ static void E01_create_null_out(void **state)
 
 static void E02_create_unknown_flags(void **state)
 {
-	create_expect(&(struct fanout_config){.workers = 1, .flags = 0x8},
+	create_expect(&(struct fanout_config){.workers = 1, .flags = 0x10},
 		      -EINVAL);
 	create_expect(
 		&(struct fanout_config){.workers = 1,

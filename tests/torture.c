@@ -1946,6 +1946,8 @@ static void random_config(struct rng *r, struct fanout_config *c)
 	c->flags = rnd_below(r, 2) ? FANOUT_NO_PIN : 0;
 	if (rnd_below(r, 2)) /* consumers in fanout_wait run queued work */
 		c->flags |= FANOUT_WAIT_HELPS;
+	if (rnd_below(r, 2)) /* one runner first, the others when slow */
+		c->flags |= FANOUT_RUNNERS_ON_DEMAND;
 	c->max_async = asyncs[rnd_below(r, 7)];
 	c->max_children = kids[rnd_below(r, 4)];
 	c->max_tasks = rnd_below(r, 4) ? 0 : rnd_below(r, 2) ? 4096 : 2000;
@@ -2011,7 +2013,7 @@ static void run_epoch(unsigned idx, uint64_t ms)
 		fprintf(stderr,
 			"epoch %u: %llu ms workers=%u pin=%d max_async=%u "
 			"max_children=%u max_tasks=%u max_depth=%u keep=%u "
-			"spin=%llu slots=%u sinks=%u help=%d%s\n",
+			"spin=%llu slots=%u sinks=%u help=%d on_demand=%d%s\n",
 			idx, (unsigned long long)ms, ep->cfg.workers,
 			!(ep->cfg.flags & FANOUT_NO_PIN), ep->cfg.max_async,
 			ep->cfg.max_children, ep->cfg.max_tasks,
@@ -2019,6 +2021,7 @@ static void run_epoch(unsigned idx, uint64_t ms)
 			(unsigned long long)ep->cfg.spin_ns,
 			ep->cfg.queue_slots, ep->nsinks,
 			!!(ep->cfg.flags & FANOUT_WAIT_HELPS),
+			!!(ep->cfg.flags & FANOUT_RUNNERS_ON_DEMAND),
 			drain_all ? "" : " (undrained destroy)");
 
 	wd_arm("epoch run", ms + 60000);
