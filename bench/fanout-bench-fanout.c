@@ -303,6 +303,20 @@ const struct peer_ops peer_fanout_noclock = FO_DISPATCH_PEER(
 	fo_create_noclock);
 #endif
 
+#ifdef FANOUT_RUNNERS_ON_DEMAND
+/* The background path with runners on demand (one ring token first, the
+ * others once the batch proves slow; not judged, like fanout_help). */
+static int fo_create_ondemand(unsigned nthreads, void **out)
+{
+	return fo_create_flags(nthreads, FANOUT_RUNNERS_ON_DEMAND, out);
+}
+
+const struct peer_ops peer_fanout_ondemand = FO_DISPATCH_PEER(
+	"fanout_ondemand",
+	"fanout_dispatch + fanout_wait, engine with FANOUT_RUNNERS_ON_DEMAND",
+	fo_create_ondemand);
+#endif
+
 const struct peer_ops peer_fanout_run = {
 	.name = "fanout_run",
 	.desc = "fanout_run (synchronous, caller helps)",

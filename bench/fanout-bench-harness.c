@@ -22,6 +22,9 @@ static const struct peer_ops *const all_peers[] = {
 #ifdef FANOUT_NO_CHILD_CLOCK
 	&peer_fanout_noclock,
 #endif
+#ifdef FANOUT_RUNNERS_ON_DEMAND
+	&peer_fanout_ondemand,
+#endif
 	&peer_fanout_run,
 #ifdef BENCH_HAVE_PEERS
 	&peer_mutexpool,

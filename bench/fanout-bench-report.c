@@ -76,7 +76,7 @@ void bench_machine(char *model, size_t mlen, char *kernel, size_t klen)
 struct bar {
 	char what[112];
 	char target[64];
-	char measured[512];
+	char measured[1024];
 	int holds; /* 1 yes, 0 no, -1 not measured */
 };
 
@@ -155,10 +155,11 @@ static void tbb_ratio_bar(const char *what, const char *target,
 	b->holds = holds;
 }
 
-/* Append, not judged, what the opt-in helping wait (the "fanout_help"
- * column, FANOUT_WAIT_HELPS) gives against oneTBB at each size: the figure
- * behind the decision whether fanout_wait helps by default. */
-static void help_note(struct bar *b)
+/* Append, not judged, what an opt-in configuration (@peer's column, engine
+ * flag @flag) gives against oneTBB at each size: the figures behind the
+ * decisions whether fanout_wait helps by default (fanout_help) and
+ * whether a batch starts with one runner (fanout_ondemand). */
+static void opt_in_note(struct bar *b, const char *peer, const char *flag)
 {
 	size_t len = strlen(b->measured);
 	bool first = true;
@@ -168,16 +169,17 @@ static void help_note(struct bar *b)
 	for (unsigned s = 0; s < BENCH_NSIZES; s++) {
 		char met[48];
 		snprintf(met, sizeof(met), "batch %u", bench_sizes[s]);
-		double me = fig("throughput", met, "fanout_help");
+		double me = fig("throughput", met, peer);
 		double tbb = fig("throughput", met, "onetbb");
 		if (isnan(me) || isnan(tbb) || tbb <= 0)
 			continue;
-		measured_add(
-			b, &len, "%s%u: %.2fx",
-			first ? "; with FANOUT_WAIT_HELPS (off by default, not "
-				"judged) " :
-				", ",
-			bench_sizes[s], me / tbb);
+		if (first)
+			measured_add(b, &len,
+				     "; with %s (off by default, not judged) ",
+				     flag);
+		else
+			measured_add(b, &len, ", ");
+		measured_add(b, &len, "%u: %.2fx", bench_sizes[s], me / tbb);
 		first = false;
 	}
 }
@@ -232,7 +234,9 @@ static void compute_bars(void)
 		      "batch 1 (16 in flight), 8, 64, 512, 4096",
 		      ">= 0.5x at 1, >= 1x at 8..4096", "fanout", need_fanout,
 		      false);
-	help_note(&bars[nbars - 1]);
+	opt_in_note(&bars[nbars - 1], "fanout_help", "FANOUT_WAIT_HELPS");
+	opt_in_note(&bars[nbars - 1], "fanout_ondemand",
+		    "FANOUT_RUNNERS_ON_DEMAND");
 	if (bench_limit_yield > 0 && bars[nbars - 1].holds >= 0) {
 		/* what the default path's hand-offs on the consumer's CPU
 		 * cost here (bench/PROFILE.txt phase 8) */
@@ -345,6 +349,15 @@ static void compute_bars(void)
 					"; with FANOUT_WAIT_HELPS (not judged) "
 					"%.0fx",
 					help / py);
+			double od = fig("throughput", "batch 64",
+					"fanout_ondemand");
+			if (!isnan(od))
+				snprintf(b->measured + strlen(b->measured),
+					 sizeof(b->measured) -
+						 strlen(b->measured),
+					 "; with FANOUT_RUNNERS_ON_DEMAND (not "
+					 "judged) %.0fx",
+					 od / py);
 		}
 	}
 }
@@ -482,12 +495,13 @@ void bench_report_json(FILE *f)
 /* ------------------------------------------------------------ plots */
 
 static const char *plot_peers[] = {
-	"fanout", "fanout_help", "fanout_run", "mutexpool",  "libuv",
-	"glib",	  "openmp",	 "onetbb",     "python-tpe", "fanout_noclock"};
+	"fanout",     "fanout_help",	"fanout_run",	  "mutexpool",
+	"libuv",      "glib",		"openmp",	  "onetbb",
+	"python-tpe", "fanout_noclock", "fanout_ondemand"};
 /* One colour per peer, the same in every chart (index of plot_peers). */
 static const char *plot_colours[] = {"#d62728", "#ff7f0e", "#8c564b", "#7f7f7f",
 				     "#2ca02c", "#17becf", "#9467bd", "#1f77b4",
-				     "#bcbd22", "#e377c2"};
+				     "#bcbd22", "#e377c2", "#393b79"};
 
 static const char *peer_colour(const char *peer)
 {
@@ -719,7 +733,8 @@ void bench_report_results_md(const char *table)
 		"the same on an engine created with FANOUT_WAIT_HELPS "
 		"(fanout_wait runs queued children while its sink is empty); "
 		"\"fanout_noclock\" (when the library has the flag) the same "
-		"with FANOUT_NO_CHILD_CLOCK; \"fanout_run\" the synchronous "
+		"with FANOUT_NO_CHILD_CLOCK; \"fanout_ondemand\" the same "
+		"with FANOUT_RUNNERS_ON_DEMAND; \"fanout_run\" the synchronous "
 		"one.  The bars are judged on the default configuration.\n\n");
 	unsigned nh = 0, nm = 0;
 	for (size_t i = 0; i < nbars; i++) {

@@ -74,7 +74,7 @@ static size_t columns(const char *names[16])
 	return n;
 }
 
-/* Column width: 11, or the longest peer name ("fanout_noclock"). */
+/* Column width: 11, or the longest peer name ("fanout_ondemand"). */
 static int col_width(const char *const *cols, size_t nc)
 {
 	int w = 11;
