@@ -76,7 +76,7 @@ static void expect_ok(struct fanout_config cfg)
 
 static void create_unknown_flags(void **state)
 {
-	expect_einval((struct fanout_config){.workers = 1, .flags = 0x8});
+	expect_einval((struct fanout_config){.workers = 1, .flags = 0x10});
 	expect_einval((struct fanout_config){.workers = 1,
 					     .flags = FANOUT_NO_PIN | 0x80});
 	expect_einval(
