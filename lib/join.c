@@ -99,17 +99,19 @@ int fanout__interrupt_code(uint32_t cancel)
 	return cancel & CANCEL_TIMEDOUT ? -ETIMEDOUT : -ECANCELED;
 }
 
-/* Tokens parked for a place and not needed any more: give back their ring
- * credits and record references.  Called by claim_rest and finalise. */
-static void release_parked(struct record *rec)
+/* Tokens counted in @tokens (`parked` for a place, or `held` by runners
+ * on demand) and not needed any more: give back their ring credits and
+ * record references.  Called by claim_rest (parked) and finalise (both). */
+static void release_tokens(struct record *rec, _Atomic uint32_t *tokens)
 {
 	uint32_t k;
 
 	/* relaxed: a quick look, the exchange decides. */
-	if (!atomic_load_explicit(&rec->parked, memory_order_relaxed))
+	if (!atomic_load_explicit(tokens, memory_order_relaxed))
 		return;
-	/* acq_rel: owns the tokens against take_parked's CAS. */
-	k = atomic_exchange_explicit(&rec->parked, 0, memory_order_acq_rel);
+	/* acq_rel: owns the tokens against take_parked's CAS (parked) or
+	 * add_runners' exchange (held). */
+	k = atomic_exchange_explicit(tokens, 0, memory_order_acq_rel);
 	if (k) {
 		fq_unreserve(rec->e->q, k);
 		fanout__rec_put(rec, k);
@@ -152,18 +154,8 @@ static void finalise(struct record *rec, bool local, bool *held)
 				ne++;
 		}
 	}
-	release_parked(rec);
-	/* Runners on demand never submitted: their credits and references.
-	 * relaxed: as in add_runners (the exchange decides). */
-	if (atomic_load_explicit(&rec->held, memory_order_relaxed)) {
-		uint32_t k = atomic_exchange_explicit(&rec->held, 0,
-						      memory_order_relaxed);
-
-		if (k) {
-			fq_unreserve(e->q, k);
-			fanout__rec_put(rec, k); /* the event's keeps it */
-		}
-	}
+	release_tokens(rec, &rec->parked);
+	release_tokens(rec, &rec->held); /* runners on demand not started */
 	if (rec->deadline)
 		fanout__timer_done(e);
 	ev->id = rec->id;
@@ -762,7 +754,7 @@ static int park(struct record *rec)
 	/* seq_cst: the store of the "Places" pair; then re-read `places`. */
 	atomic_fetch_add_explicit(&rec->parked, 1, memory_order_seq_cst);
 	/* Every child may have finished meanwhile (others ran what we handed
-	 * back): then finalise's release_parked came before our token, and
+	 * back): then finalise's release_tokens came before our token, and
 	 * nobody would release it.  acquire: after our RMW on `parked`, which
 	 * follows finalise's acq_rel exchange if that came first, so its
 	 * zeroing of `remaining` is seen. */
@@ -976,7 +968,7 @@ static unsigned claim_rest(struct record *rec, uint32_t cancel)
 		return 0;
 	for (i = old; i < n; i++)
 		skip_child(rec, i, cancel);
-	release_parked(rec);
+	release_tokens(rec, &rec->parked);
 	fanout__stat_add(&rec->e->st_skipped, n - old);
 	fanout__join_sub(rec, n - old);
 	return n - old;
