@@ -458,6 +458,18 @@ void fq_ec_signal(struct fq_ec *ec, unsigned nwake)
 		      nwake > INT_MAX ? INT_MAX : nwake, NULL);
 }
 
+void fq_ec_signal_after_rmw(struct fq_ec *ec, unsigned nwake)
+{
+	/* seq_cst load (P3), before P2: ordered after the caller's P1 by
+	 * P1's own full barrier; pairs with the seq_cst fetch_add/load in
+	 * fq_ec_prepare() (fq.h). */
+	if (!atomic_load_explicit(&ec->waiters, memory_order_seq_cst))
+		return;
+	atomic_fetch_add_explicit(&ec->seq, 1, memory_order_seq_cst);
+	futex(&ec->seq, FUTEX_WAKE_PRIVATE, nwake > INT_MAX ? INT_MAX : nwake,
+	      NULL);
+}
+
 /* ------------------------------------------------------ completion word */
 
 void fq_done_signal(_Atomic uint32_t *word)

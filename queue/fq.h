@@ -86,6 +86,18 @@ uint32_t fq_ec_prepare(struct fq_ec *ec);
 bool fq_ec_wait(struct fq_ec *ec, uint32_t v, uint64_t deadline_ns);
 void fq_ec_done(struct fq_ec *ec);
 void fq_ec_signal(struct fq_ec *ec, unsigned nwake);
+/*
+ * fq_ec_signal() for a signaller whose state change (P1) was itself a
+ * full-barrier RMW, e.g. an exchange that enqueues.  It reads `waiters`
+ * first (P3) and bumps `seq` (P2) and wakes only when someone waits, so
+ * the common signal with no sleeper issues no second locked instruction.
+ * Still no lost wakeup: if P3 reads 0, then P1 < P3 < W1 < W3 and the
+ * waiter's re-check sees P1; if P3 reads the waiter's announcement, P2
+ * follows it and either W2 read the old seq (FUTEX_WAIT returns at once or
+ * is woken) or W2 read the new one, after P2 and so after P1, and W3 sees
+ * P1 (argument 2 in fq.c, with P3 and P2 swapped).
+ */
+void fq_ec_signal_after_rmw(struct fq_ec *ec, unsigned nwake);
 
 /*
  * A one-shot completion word for a synchronous join: 0 pending, 1 done,

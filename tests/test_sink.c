@@ -118,6 +118,48 @@ static void sink_wait_receives_later_event(void **state)
 	fanout_destroy(e);
 }
 
+/* A child that computes for as long as its argument says (ns). */
+static int busy_for(struct fanout_child *c, void *arg)
+{
+	uint64_t end = fanout_now_ns() + (uint64_t)(uintptr_t)arg;
+
+	(void)c;
+	while (fanout_now_ns() < end)
+		;
+	return 0;
+}
+
+/*
+ * No lost wakeup.  A consumer that parks almost at once (spin_ns 1) waits
+ * for one child at a time whose length sweeps 0-4 us, so the worker's
+ * publish lands before, during and after the consumer's announcement and
+ * re-check.  The publisher bumps the eventcount only when it sees a waiter
+ * (fq_ec_signal_after_rmw): a publish that missed a waiter leaves it
+ * asleep, and the 5 s timeout fails the test.
+ */
+static void sink_wait_wakes_on_every_publish(void **state)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = 1, .spin_ns = 1,
+					     .flags = FANOUT_NO_PIN);
+	struct fanout_task t = {"busy", busy_for, NULL};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	unsigned rounds = 20000;
+
+	for (unsigned i = 0; i < rounds; i++) {
+		struct fanout_event *ev = NULL;
+		fanout_id id;
+
+		t.arg = (void *)(uintptr_t)((i * 37u) % 4000u);
+		assert_int_equal(fanout_dispatch(e, &b, &id), 0);
+		assert_int_equal(fanout_wait(fanout_default_sink(e), &ev, 5000),
+				 0);
+		assert_true(ev->id == id);
+		assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+		fanout_event_free(ev);
+	}
+	fanout_destroy(e);
+}
+
 static bool has_id(const fanout_id *ids, int n, fanout_id id)
 {
 	for (int i = 0; i < n; i++)
@@ -1006,6 +1048,7 @@ int main(void)
 		TC(sink_wait_timeout),
 		TC(sink_wait_zero_returns_waiting_event),
 		TC(sink_wait_receives_later_event),
+		TC(sink_wait_wakes_on_every_publish),
 		TC(sink_routing_two_sinks),
 		TC(sink_null_means_default),
 		TC(sink_oldest_first),
