@@ -504,17 +504,24 @@ class Engine:
     workers, max_async, max_children, max_tasks, max_depth, keep_completed,
     spin_ns: as struct fanout_config (None = the library's default);
     pin: pin workers to CPUs (library default: yes); threads: the pool
-    for plain-function children (default 32).
+    for plain-function children (default 32); runners_on_demand:
+    FANOUT_RUNNERS_ON_DEMAND (default off): a batch starts with one
+    runner and gets more once its C children prove slow (20 us or more
+    left) or a child defers, which Python children always do.  Faster for
+    batches of quick C children; a batch of C children that compute can
+    take up to one child's duration longer.
     """
 
     def __init__(self, workers=None, max_async=256, max_children=None,
                  max_tasks=None, max_depth=None, keep_completed=None,
-                 spin_ns=None, pin=True, threads=32):
+                 spin_ns=None, pin=True, threads=32,
+                 runners_on_demand=False):
         self._cfg = dict(workers=workers, max_async=max_async,
                          max_children=max_children, max_tasks=max_tasks,
                          max_depth=max_depth, keep_completed=keep_completed,
                          spin_ns=spin_ns)
         self._pin = pin
+        self._on_demand = bool(runners_on_demand)
         self._nthreads = threads
         self._e = None
         self._glue = None
@@ -552,6 +559,8 @@ class Engine:
                 setattr(cfg, k, v)
         if not self._pin:
             cfg.flags |= lib.FANOUT_NO_PIN
+        if self._on_demand:
+            cfg.flags |= lib.FANOUT_RUNNERS_ON_DEMAND
         ep = ffi.new("struct fanout_engine **")
         rc = lib.fanout_create(cfg, ep)
         if rc:

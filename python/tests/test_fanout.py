@@ -519,6 +519,78 @@ class TestGil(Base):
                          "completed")
 
 
+class TestRunnersOnDemand(Base):
+    async def until(self, cond):
+        async def poll():
+            while not cond():
+                await asyncio.sleep(0.001)
+        await asyncio.wait_for(poll(), LONG)
+
+    async def test_a_batch_starts_with_one_runner_only_on_demand(self):
+        # Two C children that tick until stopped, on two workers.  By
+        # default each has a runner and both tick at once; with
+        # runners_on_demand the batch starts with one runner, whose first
+        # child never ends its chunk until stopped, so the second child
+        # starts only after it.
+        for on_demand in (False, True):
+            with self.subTest(runners_on_demand=on_demand):
+                eng = await self.engine(runners_on_demand=on_demand)
+                a, b = fanout.Counter(), fanout.Counter()
+                h = eng.dispatch([
+                    fanout.Task("a", fanout.builtin("tick"), a),
+                    fanout.Task("b", fanout.builtin("tick"), b)])
+                if on_demand:
+                    await self.until(lambda: a.value >= 20)
+                    self.assertEqual(b.value, 0)
+                    a.stop()
+                    await self.until(lambda: b.value > 0)
+                else:
+                    await self.until(lambda: a.value > 0 and b.value > 0)
+                    a.stop()
+                b.stop()
+                ev = await asyncio.wait_for(h, LONG)
+                self.assertEqual([r.status for r in ev.results],
+                                 ["completed", "completed"])
+                self.assertClean(eng)
+
+    async def test_exactly_once_with_runners_on_demand(self):
+        runs = {}
+
+        async def child(key):
+            runs[key] = runs.get(key, 0) + 1
+            await asyncio.sleep(0)
+            return key
+
+        eng = await self.engine(runners_on_demand=True, max_async=1024)
+        hs = []
+        for d in range(300):
+            n = d % 17 + 1
+            tasks = []
+            for i in range(n):
+                if i % 3 == 0:
+                    tasks.append(fanout.Task("a", child, (d, i)))
+                elif i % 3 == 1:
+                    tasks.append(fanout.Task("n", fanout.builtin("noop")))
+                else:
+                    tasks.append(fanout.Task(
+                        "s", fanout.builtin("sleep"),
+                        fanout.nanoseconds((d % 4) * 100_000)))
+            hs.append((eng.dispatch(tasks), n))
+        await asyncio.wait_for(asyncio.gather(*(h for h, _ in hs)), LONG)
+        for h, n in hs:
+            ev = h.event
+            self.assertEqual(ev.id, h.id)
+            self.assertEqual([r.index for r in ev.results], list(range(n)))
+            self.assertTrue(all(r.status == "completed"
+                                for r in ev.results))
+        self.assertEqual(len({h.event.id for h, _ in hs}), 300)
+        self.assertTrue(runs and all(v == 1 for v in runs.values()))
+        st = eng.stats()
+        self.assertEqual(st["dispatched"], 300)
+        self.assertEqual(st["completed"], 300)
+        self.assertClean(eng)
+
+
 class TestApi(Base):
     async def test_lookup_list_stats_and_events(self):
         eng = await self.engine()
