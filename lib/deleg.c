@@ -233,6 +233,11 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 		return -EOWNERDEAD; /* fork.c; not counted: nothing changes */
 	if (b->sink && b->sink->e != e)
 		return reject(e, -EINVAL);
+	/* The shared lines this call will RMW, which the finaliser of an
+	 * earlier delegation wrote last: fetched from here on, they arrive
+	 * during check_batch() instead of one by one (fq.h). */
+	fq_prefetch_submit(e->q);
+	__builtin_prefetch(&e->active, 1, 3);
 	err = check_batch(e, b, &depth, &o, &goals);
 	if (err)
 		return reject(e, err);

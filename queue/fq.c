@@ -534,6 +534,15 @@ unsigned fq_reserve(struct fq *q, unsigned want, unsigned min)
 	}
 }
 
+void fq_prefetch_submit(struct fq *q)
+{
+	/* For writing: fq_reserve()'s CAS and fq_submit()'s ring CAS. */
+	__builtin_prefetch(&q->credits, 1, 3);
+	__builtin_prefetch(&q->ring.p_head, 1, 3);
+	/* For reading: kick()'s load after its fence. */
+	__builtin_prefetch(&q->spinning, 0, 3);
+}
+
 void fq_unreserve(struct fq *q, unsigned n)
 {
 	if (n) /* relaxed: see fq_reserve() */
