@@ -120,7 +120,7 @@ static void release_tokens(struct record *rec, _Atomic uint32_t *tokens)
 
 /* @local: the fanout_run caller finalises its own record on its own thread
  * (it knows, so nobody signals it); see fanout__run_own. */
-static void finalise(struct record *rec, bool local, bool *held)
+static void finalise(struct record *rec, bool local, bool *ref)
 {
 	struct fanout_engine *e = rec->e;
 	bool background = rec->background;
@@ -230,9 +230,9 @@ static void finalise(struct record *rec, bool local, bool *held)
 		 * its limbo (record.c); a worker's last put sends it through
 		 * RCU.  Nothing below touches the record outside the read
 		 * lock. */
-		if (held && *held) {
+		if (ref && *ref) {
 			fanout__rec_put(rec, 1);
-			*held = false;
+			*ref = false;
 		}
 		/* The read lock keeps the sink (sink.c) and the record: once
 		 * published, its event may be taken and freed at once. */
@@ -583,11 +583,11 @@ static void run_chunk(struct record *rec, struct progress_slot *prog,
 /* A runner is through: count what it ran and hand its finished children
  * to the join counter in ONE subtraction; the one that takes it to zero
  * finalises.  @prog: its progress slot, or NULL.  @local: the fanout_run
- * caller's own run.  @held: the runner's record reference, or NULL if it
- * holds none; finalising a background record drops it and clears *@held.
+ * caller's own run.  @ref: the runner's record reference, or NULL if it
+ * holds none; finalising a background record drops it and clears *@ref.
  * Returns whether this runner finalised. */
 static bool runner_done(struct record *rec, struct progress_slot *prog,
-			const struct tally *t, bool local, bool *held)
+			const struct tally *t, bool local, bool *ref)
 {
 	struct fanout_engine *e = rec->e;
 	int self;
@@ -621,7 +621,7 @@ static bool runner_done(struct record *rec, struct progress_slot *prog,
 		 * child only has library code left. */
 		if (!tls_child)
 			fq_tail(e->q);
-		finalise(rec, local, held);
+		finalise(rec, local, ref);
 		return true;
 	}
 	return false;
@@ -779,9 +779,9 @@ static int park(struct record *rec)
 /* One runner: a ring token, or (@local) the fanout_run caller.  It takes
  * chunks until none is left, then hands everything it finished to the
  * join counter in ONE subtraction, so `remaining` is touched once per
- * runner, not once per chunk.  @held as in runner_done.  Returns whether
+ * runner, not once per chunk.  @ref as in runner_done.  Returns whether
  * it finalised. */
-static bool run_token(struct record *rec, bool local, bool *held)
+static bool run_token(struct record *rec, bool local, bool *ref)
 {
 	uint32_t n = rec->ntasks, chunk = rec->chunk;
 	/* The caller has slot 0 (a synchronous record hands out from 1);
@@ -856,17 +856,17 @@ static bool run_token(struct record *rec, bool local, bool *held)
 		add_runners(rec, i, end, cycles);
 		chunk = next_chunk(rec, chunk, end, cycles);
 	}
-	return runner_done(rec, prog, &t, local, held);
+	return runner_done(rec, prog, &t, local, ref);
 }
 
 /* The fq_work function: a ring token, holding one record reference. */
 void fanout__run_token(struct fq_work *w)
 {
 	struct record *rec = caa_container_of(w, struct record, work);
-	bool held = true;
+	bool ref = true;
 
-	run_token(rec, false, &held);
-	if (held)
+	run_token(rec, false, &ref);
+	if (ref)
 		fanout__rec_put(rec, 1);
 }
 
@@ -907,7 +907,7 @@ bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *), void *arg)
 	struct record *rec;
 	uint32_t n, chunk, i, end;
 	struct tally t = {0, 0, 0, false};
-	bool held = true; /* the token's reference, or our own */
+	bool ref = true; /* the token's reference, or our own */
 	uint64_t cycles;
 
 	if (!w)
@@ -949,8 +949,8 @@ bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *), void *arg)
 		add_runners(rec, i, end, cycles);
 		chunk = next_chunk(rec, chunk, end, cycles);
 	}
-	runner_done(rec, NULL, &t, false, &held);
-	if (held) /* ours, or the token's if it is used up */
+	runner_done(rec, NULL, &t, false, &ref);
+	if (ref) /* ours, or the token's if it is used up */
 		fanout__rec_put(rec, 1);
 	return true;
 }
