@@ -175,6 +175,26 @@ static int start_timer(struct fanout_engine *e)
 	return err;
 }
 
+/* What dispatch and run do first: check the batch, enter the engine and
+ * start its timer if the batch has a deadline.  0, or the refusal (counted
+ * by reject(); nothing is left held). */
+static int admit(struct fanout_engine *e, const struct fanout_batch *b,
+		 unsigned *depth, struct origin *o, size_t *goals)
+{
+	int err = check_batch(e, b, depth, o, goals);
+
+	if (err)
+		return reject(e, err);
+	err = enter(e);
+	if (!err && b->deadline_ns)
+		err = start_timer(e);
+	if (err) {
+		origin_put(o);
+		return reject(e, err);
+	}
+	return 0;
+}
+
 /*
  * After the insert: if shutdown began meanwhile, or the parent delegation
  * was interrupted, interrupt ourselves.  Either the shutdown's scan (or the
@@ -238,16 +258,9 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	 * during check_batch() instead of one by one (fq.h). */
 	fq_prefetch_submit(e->q);
 	__builtin_prefetch(&e->active, 1, 3);
-	err = check_batch(e, b, &depth, &o, &goals);
+	err = admit(e, b, &depth, &o, &goals);
 	if (err)
-		return reject(e, err);
-	err = enter(e);
-	if (!err && b->deadline_ns)
-		err = start_timer(e);
-	if (err) {
-		origin_put(&o);
-		return reject(e, err);
-	}
+		return err;
 	/* Back-pressure: a place on the sink until the event is taken. */
 	s = b->sink ? b->sink : e->default_sink;
 	if (!fanout__sink_hold(s)) {
@@ -364,16 +377,9 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 		return e ? reject(e, -EINVAL) : -EINVAL;
 	if (fanout__inherited(e->fork_gen))
 		return -EOWNERDEAD; /* fork.c; not counted: nothing changes */
-	err = check_batch(e, b, &depth, &o, &goals);
+	err = admit(e, b, &depth, &o, &goals);
 	if (err)
-		return reject(e, err);
-	err = enter(e);
-	if (!err && b->deadline_ns)
-		err = start_timer(e);
-	if (err) {
-		origin_put(&o);
-		return reject(e, err);
-	}
+		return err;
 	/* The caller is one runner; idle workers may add up to max_children
 	 * in all (see help_offer). */
 	want = b->ntasks < e->cfg.max_children ? b->ntasks :
