@@ -139,8 +139,8 @@ static int busy_for(struct fanout_child *c, void *arg)
  */
 static void sink_wait_wakes_on_every_publish(void **state)
 {
-	struct fanout_engine *e = NEW_ENGINE(.workers = 1, .spin_ns = 1,
-					     .flags = FANOUT_NO_PIN);
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .spin_ns = 1, .flags = FANOUT_NO_PIN);
 	struct fanout_task t = {"busy", busy_for, NULL};
 	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	unsigned rounds = 20000;
