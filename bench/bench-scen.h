@@ -39,6 +39,11 @@ extern double bench_limit_pingpong, bench_limit_ring, bench_limit_futex,
 	bench_limit_rtk_p50, bench_limit_rtk_p999;
 extern unsigned bench_limit_rtk_k;
 void bench_limits(void); /* one set of rounds; call at start and end */
+/* one raw ck_ring SPSC stream, ns per item */
+double bench_ring_item_ns(void);
+/* the median of bench_ring_item_ns() over the throughput scenario's
+ * rounds, each taken right after the peers' batch of 512; 0 if not */
+extern double bench_limit_ring_rounds;
 void bench_limits_report(void);
 
 /* fanout-bench-report.c */

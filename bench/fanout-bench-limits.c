@@ -490,6 +490,18 @@ static long huge_kb(const void *p)
 	return kb;
 }
 
+/* One raw ck_ring SPSC stream as the limits set runs it (ns per item):
+ * for the throughput scenario, which measures it in each of its rounds
+ * beside the peers' batch of 512 (bar 6). */
+double bench_ring_item_ns(void)
+{
+	return run_pair(ring_prod, ring_cons,
+			(uint64_t)(2000000 * bench_opt.scale) + 1000, true,
+			RING_BLOCK);
+}
+
+double bench_limit_ring_rounds;
+
 double bench_limit_pingpong, bench_limit_ring, bench_limit_futex,
 	bench_limit_futex_idle, bench_limit_rt_p50, bench_limit_rt_p999,
 	bench_limit_dram, bench_limit_dram_huge, bench_limit_syscall,
@@ -611,6 +623,8 @@ void bench_limits_report(void)
 	} figs[] = {
 		{"cache-line ping-pong RTT", bench_limit_pingpong},
 		{"ck_ring SPSC per item", bench_limit_ring},
+		{"ck_ring SPSC per item, beside batch 512",
+		 bench_limit_ring_rounds > 0 ? bench_limit_ring_rounds : NAN},
 		{"futex wake RTT", bench_limit_futex},
 		{"round trip one at a time p50", bench_limit_rt_p50},
 		{"round trip one at a time p999", bench_limit_rt_p999},
@@ -665,6 +679,12 @@ void bench_limits_report(void)
 		"  raw ck_ring SPSC handoff         %9.1f ns/item (min %.1f, "
 		"max %.1f)\n",
 		bench_limit_ring, bench_min(lim_rg, n), bench_max(lim_rg, n));
+	if (bench_limit_ring_rounds > 0)
+		fprintf(f,
+			"  the same, beside batch 512       %9.1f ns/item "
+			"(median over the throughput rounds, each right after "
+			"the\n%37sbatch of 512: bar 6's yardstick)\n",
+			bench_limit_ring_rounds, "");
 	lim_line(f, "futex wake round trip", lim_fx, n, "");
 	fprintf(f,
 		"  futex round trip, 2 ms idle      %9.1f ns   p50 (p99 %.1f, "

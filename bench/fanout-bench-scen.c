@@ -170,7 +170,12 @@ void bench_scen_throughput(void)
 	}
 	double *v = calloc((np + 1) * NR * R, sizeof(double));
 	double *pc = calloc(np * NR * R, sizeof(double));
-	if (!v || !pc)
+	/* bar 6's yardstick, one raw ck_ring stream per round, right after
+	 * the peers' batch of 512: the host changes state within a run, and
+	 * the limits' sets at its start and end can catch another state */
+	double *ring = calloc(R, sizeof(double));
+	unsigned nring = 0;
+	if (!v || !pc || !ring)
 		bench_die("out of memory");
 	/* warm-up pass */
 	for (unsigned s = 0; s < NR; s++) {
@@ -194,7 +199,12 @@ void bench_scen_throughput(void)
 			}
 			v[(np * NR + s) * R + r] =
 				bench_py_throughput(n, k, dur);
+			if (n == 512 && k == 1)
+				ring[nring++] = bench_ring_item_ns();
 		}
+	if (nring)
+		bench_limit_ring_rounds = bench_median(ring, nring);
+	free(ring);
 	/* print order: each batch-1/8 sweep row followed by its
 	 * one-in-flight row */
 	const char *metrics[BENCH_NSIZES + BENCH_NSINGLE],
