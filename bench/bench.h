@@ -195,6 +195,8 @@ extern const struct peer_ops peer_fanout_help;
 /* Only when fanout.h (included before this header) has the flag. */
 #ifdef FANOUT_NO_CHILD_CLOCK
 extern const struct peer_ops peer_fanout_noclock;
+#endif
+#ifdef FANOUT_RUNNERS_ON_DEMAND
 extern const struct peer_ops peer_fanout_ondemand;
 #endif
 #ifdef BENCH_HAVE_PEERS

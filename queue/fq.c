@@ -448,14 +448,19 @@ void fq_ec_done(struct fq_ec *ec)
 	atomic_fetch_sub_explicit(&ec->waiters, 1, memory_order_relaxed);
 }
 
+static void ec_wake(struct fq_ec *ec, unsigned nwake)
+{
+	futex(&ec->seq, FUTEX_WAKE_PRIVATE, nwake > INT_MAX ? INT_MAX : nwake,
+	      NULL);
+}
+
 void fq_ec_signal(struct fq_ec *ec, unsigned nwake)
 {
 	/* seq_cst increment then seq_cst load: P2/P3 of the argument; pairs
 	 * with the seq_cst fetch_add/load in fq_ec_prepare(). */
 	atomic_fetch_add_explicit(&ec->seq, 1, memory_order_seq_cst);
 	if (atomic_load_explicit(&ec->waiters, memory_order_seq_cst))
-		futex(&ec->seq, FUTEX_WAKE_PRIVATE,
-		      nwake > INT_MAX ? INT_MAX : nwake, NULL);
+		ec_wake(ec, nwake);
 }
 
 void fq_ec_signal_after_rmw(struct fq_ec *ec, unsigned nwake)
@@ -466,8 +471,7 @@ void fq_ec_signal_after_rmw(struct fq_ec *ec, unsigned nwake)
 	if (!atomic_load_explicit(&ec->waiters, memory_order_seq_cst))
 		return;
 	atomic_fetch_add_explicit(&ec->seq, 1, memory_order_seq_cst);
-	futex(&ec->seq, FUTEX_WAKE_PRIVATE, nwake > INT_MAX ? INT_MAX : nwake,
-	      NULL);
+	ec_wake(ec, nwake);
 }
 
 /* ------------------------------------------------------ completion word */

@@ -134,12 +134,12 @@ struct fq_worker_stats {
 	int cpu;
 };
 
-/* Create and start.  0, -ENOMEM, -EAGAIN (thread creation failed: the
- * threads already started are stopped and everything is freed). */
 /* How many CPUs workers may use: the calling thread's, or the process's
  * at load time when the caller is pinned to one CPU (fq.c, worker_mask);
  * 0 if unknown. */
 unsigned fq_cpu_count(void);
+/* Create and start.  0, -ENOMEM, -EAGAIN (thread creation failed: the
+ * threads already started are stopped and everything is freed). */
 int fq_create(const struct fq_params *p, struct fq **out);
 /* Drain the ring, stop and join the workers.  Idempotent. */
 void fq_stop(struct fq *q);
