@@ -4,16 +4,28 @@
  *
  * WHY IT IS CORRECT
  *
- * 1. The ring never overflows.  `credits` starts at the ring's capacity
- *    (size - 1 entries for ck_ring).  A producer takes credits with a CAS
- *    loop that never lets the counter go below zero (fq_reserve) BEFORE it
- *    enqueues, one credit per token; a consumer gives one back only AFTER
- *    its dequeue has completed.  So at every instant
- *        tokens in the ring + tokens being enqueued <= capacity - credits
- *    and ck_ring_enqueue_mpmc() cannot find the ring full.  fq_submit()
- *    asserts it.  Admission is therefore decided before anything is
- *    enqueued: a caller that cannot get its minimum gets 0 and has changed
- *    nothing.
+ * 1. The ring never overflows.  Producers count the credits they hold in
+ *    `reserved` (a 32-bit counter, wrapping): fq_reserve() adds what it
+ *    takes with a CAS, fq_unreserve() subtracts what was not used.  The
+ *    ring's consumer counter c_head counts the tokens ever dequeued; a
+ *    worker's dequeue moves it, and gives nothing back anywhere else.  So
+ *        tokens in the ring + tokens being enqueued <= reserved - c_head
+ *    and fq_reserve() keeps reserved - c_head <= capacity (size - 1
+ *    entries for ck_ring): it takes credits only while reserved + take
+ *    stays within `limit`, a value of c_head + capacity that some producer
+ *    read earlier.  c_head only grows, so an old limit is a low one and
+ *    the bound holds with any limit read.  ck_ring_enqueue_mpmc() then
+ *    cannot find the ring full: the limit's store is a release after its
+ *    load of c_head, the reserving producer's load of it an acquire, so
+ *    the enqueue's own load of c_head is no older (read-read coherence).
+ *    fq_submit() asserts it.  The limit is refreshed from c_head only when
+ *    it is too low for the request, so in the usual hand-off a producer
+ *    writes only the producers' line and a worker only the ring's
+ *    consumer counter: neither RMWs a line the other wrote last (a shared
+ *    credit counter cost both sides one such RMW per token; bench/
+ *    PROFILE.txt phase 14).  Admission is decided before anything is
+ *    enqueued: a caller that cannot get its minimum gets 0 and has
+ *    changed nothing.
  *
  * 2. No lost wakeup.  A worker parks with the eventcount protocol:
  *        W1 waiters++ (seq_cst)   W2 v = seq   W3 re-check ring   W4 sleep if seq == v
@@ -155,9 +167,11 @@ struct fq {
 	uint64_t spin_ns;	    /* I */
 	struct fq_worker *workers;  /* I */
 
-	/* Producer-side hot counter: on its own line so reserve/unreserve
-	 * traffic does not bounce the ring's read-mostly fields. */
-	_Atomic int credits __attribute__((aligned(FQ_CACHELINE)));
+	/* Credits (argument 1): written by producers only, on their own
+	 * line so that workers never write it and reserve/unreserve traffic
+	 * does not bounce the ring's read-mostly fields. */
+	_Atomic uint32_t reserved __attribute__((aligned(FQ_CACHELINE)));
+	_Atomic uint32_t limit; /* c_head + capacity, as last read */
 
 	/* Park/wake: seq is bumped by producers on every submit; workers
 	 * touch this line only when they park. */
@@ -519,21 +533,42 @@ void fq_done_wait(_Atomic uint32_t *word, uint64_t spin_ns)
 
 /* ------------------------------------------------------------- credits */
 
+/* Credits left under @lim for a producer that sees @r taken: signed, as
+ * both counters wrap. */
+static int32_t room(uint32_t lim, uint32_t r)
+{
+	return (int32_t)(lim - r);
+}
+
 unsigned fq_reserve(struct fq *q, unsigned want, unsigned min)
 {
-	int cur = atomic_load_explicit(&q->credits, memory_order_relaxed);
+	/* relaxed: `reserved` orders nothing but itself (argument 1). */
+	uint32_t r = atomic_load_explicit(&q->reserved, memory_order_relaxed);
 
 	for (;;) {
+		/* acquire: pairs with the release store below (argument 1:
+		 * our enqueue then reads a c_head no older than this). */
+		uint32_t lim =
+			atomic_load_explicit(&q->limit, memory_order_acquire);
+		int32_t left = room(lim, r);
 		unsigned take;
 
-		if (cur < (int)min || cur <= 0)
+		if (left < (int32_t)want) {
+			/* Refresh from the consumers' counter.  Relaxed load
+			 * (a plain ck_pr load); release store: pairs with the
+			 * acquire above. */
+			lim = ck_pr_load_uint(&q->ring.c_head) + q->capacity;
+			atomic_store_explicit(&q->limit, lim,
+					      memory_order_release);
+			left = room(lim, r);
+		}
+		if (left < (int32_t)min || left <= 0)
 			return 0;
-		take = (unsigned)cur < want ? (unsigned)cur : want;
-		/* relaxed: credits order nothing but themselves; the ring's
-		 * own release/acquire publishes the token (argument 1). */
+		take = (unsigned)left < want ? (unsigned)left : want;
+		/* relaxed: see the load above. */
 		if (atomic_compare_exchange_weak_explicit(
-			    &q->credits, &cur, cur - (int)take,
-			    memory_order_relaxed, memory_order_relaxed))
+			    &q->reserved, &r, r + take, memory_order_relaxed,
+			    memory_order_relaxed))
 			return take;
 	}
 }
@@ -541,16 +576,18 @@ unsigned fq_reserve(struct fq *q, unsigned want, unsigned min)
 void fq_prefetch_submit(struct fq *q)
 {
 	/* For writing: fq_reserve()'s CAS and fq_submit()'s ring CAS. */
-	__builtin_prefetch(&q->credits, 1, 3);
+	__builtin_prefetch(&q->reserved, 1, 3);
 	__builtin_prefetch(&q->ring.p_head, 1, 3);
-	/* For reading: kick()'s load after its fence. */
+	/* For reading: kick()'s load after its fence, and the consumer
+	 * counter that ck_ring's enqueue compares with (workers write it). */
 	__builtin_prefetch(&q->spinning, 0, 3);
+	__builtin_prefetch(&q->ring.c_head, 0, 3);
 }
 
 void fq_unreserve(struct fq *q, unsigned n)
 {
 	if (n) /* relaxed: see fq_reserve() */
-		atomic_fetch_add_explicit(&q->credits, (int)n,
+		atomic_fetch_sub_explicit(&q->reserved, n,
 					  memory_order_relaxed);
 }
 
@@ -680,8 +717,8 @@ static bool take(struct fq *q, struct fq_work **w)
 	if (!ck_ring_dequeue_mpmc(&q->ring, q->buf, w))
 		return false;
 	FQ_HANDOFF_ACQUIRE(*w);
-	/* The slot is ours and already read: give its credit back. */
-	fq_unreserve(q, 1);
+	/* The dequeue's move of c_head gave the token's credit back
+	 * (argument 1). */
 	return true;
 }
 
@@ -979,7 +1016,8 @@ int fq_create(const struct fq_params *p, struct fq **out)
 	q->nworkers = p->workers;
 	q->capacity = p->slots - 1;
 	q->spin_ns = p->spin_ns;
-	atomic_init(&q->credits, (int)q->capacity);
+	atomic_init(&q->reserved, 0);
+	atomic_init(&q->limit, q->capacity); /* c_head is 0 */
 	fq_ec_init(&q->idle);
 	atomic_init(&q->stopping, false);
 	atomic_init(&q->app_cpu, -1);

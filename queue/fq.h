@@ -102,12 +102,14 @@ void fq_ec_signal_after_rmw(struct fq_ec *ec, unsigned nwake);
 /*
  * A producer that will call fq_reserve() and fq_submit() soon: start
  * fetching the lines they write (the credits, the ring's producer
- * counters) and the one kick() reads (`spinning`).  Workers write all
- * three around every token, so each is a miss, and behind locked
- * instructions those misses come one after another; prefetched together
- * and early they overlap each other and the caller's own work (dispatch
- * of a batch of 64, slow host: 3,000-3,400 -> 1,600-2,000 ticks;
- * bench/PROFILE.txt phase 13).  Only a hint: nothing depends on it.
+ * counters) and the ones they read (`spinning`, which kick() loads, and
+ * the ring's consumer counter, which the enqueue compares with).  Workers
+ * write or read them around every token, so each is a miss, and behind
+ * locked instructions those misses come one after another; prefetched
+ * together and early they overlap each other and the caller's own work
+ * (dispatch of a batch of 64, slow host: 3,000-3,400 -> 1,600-2,000
+ * ticks; bench/PROFILE.txt phase 13).  Only a hint: nothing depends on
+ * it.
  */
 void fq_prefetch_submit(struct fq *q);
 

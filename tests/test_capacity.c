@@ -347,6 +347,46 @@ static void capacity_small_ring_never_overflows(void **state)
 	fanout_destroy(e);
 }
 
+/*
+ * A ring of 4 slots (3 usable) with its one worker held: exactly 3 more
+ * single-child batches fit, round after round.  The credits come back
+ * with the workers' dequeues, so a refill that missed them refuses
+ * early, and one that counted them twice overflows the ring (fq_submit
+ * asserts).
+ */
+static void capacity_ring_refills_exactly(void **state)
+{
+	struct fanout_engine *e = NEW_ENGINE(.workers = 1, .queue_slots = 4,
+					     .flags = FANOUT_NO_PIN);
+	atomic_int ran = 0;
+	struct fanout_task t = {"x", count_fn, &ran};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+
+	for (int round = 0; round < 20; round++) {
+		struct tbatch *hold = tb_new(1);
+		atomic_int gate = 0;
+		int accepted = 0, rc = 0;
+
+		hold->probes[0].gate = &gate;
+		must_dispatch(e, hold);
+		assert_true(wait_ge(&hold->probes[0].runs, 1, WAIT_MS));
+		for (int i = 0; i < 8 && rc == 0; i++) {
+			rc = fanout_dispatch(e, &b, NULL);
+			accepted += rc == 0;
+		}
+		assert_int_equal(rc, -EBUSY);
+		assert_int_equal(accepted, 3);
+		atomic_store(&gate, 1);
+		for (int i = 0; i < accepted + 1; i++)
+			fanout_event_free(must_wait(fanout_default_sink(e)));
+		assert_no_event(fanout_default_sink(e));
+		tb_free(hold);
+	}
+	assert_int_equal(atomic_load(&ran), 20 * 3);
+	assert_int_equal(stats_of(e).rejected, 20);
+	fanout_destroy(e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -358,6 +398,7 @@ int main(void)
 		TC(capacity_max_children_allows_parallel),
 		TC(capacity_describe_ebusy),
 		TC(capacity_small_ring_never_overflows),
+		TC(capacity_ring_refills_exactly),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
