@@ -76,11 +76,18 @@ static void expect_ok(struct fanout_config cfg)
 
 static void create_unknown_flags(void **state)
 {
-	expect_einval((struct fanout_config){.workers = 1, .flags = 0x10});
-	expect_einval((struct fanout_config){.workers = 1,
-					     .flags = FANOUT_NO_PIN | 0x80});
-	expect_einval(
-		(struct fanout_config){.workers = 1, .flags = 0x80000000u});
+	for (unsigned bit = 0; bit < 32; bit++) {
+		unsigned f = 1u << bit;
+
+		if (f & KNOWN_ENGINE_FLAGS) {
+			expect_ok((struct fanout_config){.workers = 1,
+							 .flags = f});
+			continue;
+		}
+		expect_einval((struct fanout_config){.workers = 1, .flags = f});
+		expect_einval((struct fanout_config){
+			.workers = 1, .flags = KNOWN_ENGINE_FLAGS | f});
+	}
 }
 
 static void create_workers_too_many(void **state)
@@ -200,16 +207,13 @@ static int mask_size_fn(struct fanout_child *c, void *arg)
  * inherited the caller's one-CPU mask. */
 static void a_pinned_caller_does_not_confine_workers(void **state)
 {
-	cpu_set_t saved, one;
+	cpu_set_t saved = *(cpu_set_t *)*state, one;
 	atomic_int mask_size = 0;
 	struct fanout_task t = {"mask", mask_size_fn, &mask_size};
 	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	struct fanout_event *ev;
 	int first = -1;
 
-	assert_int_equal(
-		pthread_getaffinity_np(pthread_self(), sizeof(saved), &saved),
-		0);
 	if (CPU_COUNT(&saved) < 2)
 		skip();
 	for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
@@ -242,10 +246,31 @@ static void a_pinned_caller_does_not_confine_workers(void **state)
 	fanout_event_free(ev);
 	assert_int_equal(atomic_load(&mask_size), CPU_COUNT(&saved));
 	fanout_destroy(e);
+}
 
-	assert_int_equal(
-		pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved),
-		0);
+/* Setup and teardown of the test above: the test thread's mask comes
+ * back even when one of its assertions fails, so the tests after it do
+ * not run pinned to one CPU. */
+static int save_affinity(void **state)
+{
+	cpu_set_t *saved = malloc(sizeof(*saved));
+
+	if (!saved ||
+	    pthread_getaffinity_np(pthread_self(), sizeof(*saved), saved)) {
+		free(saved);
+		return -1;
+	}
+	*state = saved;
+	return 0;
+}
+
+static int restore_affinity(void **state)
+{
+	cpu_set_t *saved = *state;
+	int rc = pthread_setaffinity_np(pthread_self(), sizeof(*saved), saved);
+
+	free(saved);
+	return tc_teardown(state) || rc ? -1 : 0;
 }
 
 static void create_one_worker(void **state)
@@ -447,7 +472,9 @@ int main(void)
 		TC(create_other_limits),
 		TC(create_no_pin),
 		TC(create_pinned),
-		TC(a_pinned_caller_does_not_confine_workers),
+		cmocka_unit_test_setup_teardown(
+			a_pinned_caller_does_not_confine_workers, save_affinity,
+			restore_affinity),
 		TC(create_one_worker),
 		TC(stats_nworkers_matches),
 		TC(destroy_null_noop),

@@ -114,12 +114,18 @@ static void E01_create_null_out(void **state)
 
 static void E02_create_unknown_flags(void **state)
 {
-	create_expect(&(struct fanout_config){.workers = 1, .flags = 0x10},
-		      -EINVAL);
-	create_expect(
-		&(struct fanout_config){.workers = 1,
-					.flags = FANOUT_NO_PIN | 0x80000000u},
-		-EINVAL);
+	for (unsigned bit = 0; bit < 32; bit++) {
+		unsigned f = 1u << bit;
+
+		if (f & KNOWN_ENGINE_FLAGS)
+			continue;
+		create_expect(&(struct fanout_config){.workers = 1, .flags = f},
+			      -EINVAL);
+		create_expect(
+			&(struct fanout_config){.workers = 1,
+						.flags = FANOUT_NO_PIN | f},
+			-EINVAL);
+	}
 }
 
 static void E03_create_too_many_workers(void **state)
