@@ -28,19 +28,28 @@
  *    changed nothing.
  *
  * 2. No lost wakeup.  A worker parks with the eventcount protocol:
- *        W1 waiters++ (seq_cst)   W2 v = seq   W3 re-check ring   W4 sleep if seq == v
- *    and a producer signals with
- *        P1 enqueue               P2 seq++ (seq_cst)   P3 if waiters: wake
- *    (P2 and P3 only when the spinners do not cover the tokens; when they
- *    do, argument 3 makes a spinner take them)
- *    All of W1, W2, P2, P3 are sequentially consistent, so in their single
- *    total order either P3 comes after W1 - then the producer sees the
- *    waiter and wakes it, and if the wake came before W4 the kernel's
- *    FUTEX_WAIT finds seq != v and returns at once, because P2 precedes P3 -
- *    or P3 comes before W1, and then P1 < P2 < W1 < W3 means the re-check at
- *    W3 sees the token (the ring's enqueue is a release that W3's dequeue
- *    acquires; P1 is sequenced before P2).  Either way the worker does not
- *    sleep while the token waits.  The wake at P3 may prefer one sleeper
+ *        W1 waiters++ (seq_cst RMW), then a seq_cst fence
+ *        W2 v = seq   W3 re-check ring   W4 sleep if seq == v
+ *    and a producer signals (kick()) with
+ *        P1 enqueue, then a seq_cst fence
+ *        P3 load waiters (seq_cst); only if there are any:
+ *        P2 seq++ (seq_cst), then wake
+ *    (P3 and P2 only when the spinners do not cover the tokens; when they
+ *    do, argument 3 makes a spinner take them).  Either P3 reads W1's
+ *    announcement - then P2 follows W1 in their single total order S, so
+ *    W2 read seq before P2 (and FUTEX_WAIT at W4 finds seq != v and
+ *    returns at once, or the wake finds the worker queued) or read P2's
+ *    value or a later one (acquiring P2's release, after P1: the re-check
+ *    sees the token) - or P3 read an older count.  Then the producer's
+ *    fence precedes the worker's in S (had the worker's come first, P3,
+ *    after the producer's, would see W1, before it: C11 7.17.4), so W3,
+ *    after the worker's fence, sees P1, before the producer's.  Either
+ *    way the worker does not sleep while the token waits.  P3 before P2
+ *    means a hand-off with nobody parked writes no line of the
+ *    eventcount; with P2 first, the dispatcher and the worker handing on
+ *    each RMWed `seq` whenever the worker was running a child (not
+ *    counted as a spinner), a locked miss on each side per delegation
+ *    (bench/PROFILE.txt phase 14).  The wake may prefer one sleeper
  *    (wake(): the worker on the submitter's CPU) but wakes as many as a
  *    plain FUTEX_WAKE would, so it does not matter which.
  *    tests/models/park_wake.pml checks the same handshake, and a seeded
@@ -430,9 +439,13 @@ void fq_note_app_cpu(struct fq *q)
 
 uint32_t fq_ec_prepare(struct fq_ec *ec)
 {
-	/* seq_cst: W1 of the argument at the top; orders the announcement
-	 * before the read of seq and before the caller's re-check. */
+	/* seq_cst RMW and fence: W1 of argument 2; orders the announcement
+	 * before the read of seq and the caller's re-check, against the
+	 * signaller's fence before its load of `waiters` (kick(),
+	 * fq_ec_signal_after_rmw()).  On x86 the locked RMW is that fence
+	 * already; the fence makes it so in C11. */
 	atomic_fetch_add_explicit(&ec->waiters, 1, memory_order_seq_cst);
+	atomic_thread_fence(memory_order_seq_cst);
 	return atomic_load_explicit(&ec->seq, memory_order_seq_cst);
 }
 
@@ -670,8 +683,9 @@ static void wake(struct fq *q, unsigned n, int cpu)
  * the load sees that decrement.  When the spinners cover the tokens,
  * that is all: `seq` is not touched, so the hot hand-off writes no line a
  * worker reads (the eventcount's line stays shared, untransferred).  Else
- * the seq_cst increment of `seq` (P2), then the seq_cst load of `waiters`
- * (P3): argument 2, pairing with fq_ec_prepare().
+ * the seq_cst load of `waiters` (P3) and, only if somebody waits, the
+ * seq_cst increment of `seq` (P2) and the wake: argument 2, pairing with
+ * fq_ec_prepare().
  */
 static void kick(struct fq *q, unsigned n, int cpu)
 {
@@ -681,11 +695,12 @@ static void kick(struct fq *q, unsigned n, int cpu)
 	spinners = atomic_load_explicit(&q->spinning, memory_order_seq_cst);
 	if (n <= spinners)
 		return;
-	atomic_fetch_add_explicit(&q->idle.seq, 1, memory_order_seq_cst);
 	waiters = atomic_load_explicit(&q->idle.waiters, memory_order_seq_cst);
+	if (!waiters)
+		return;
+	atomic_fetch_add_explicit(&q->idle.seq, 1, memory_order_seq_cst);
 	/* Waking every sleeper anyway: no need to pick one first. */
-	if (waiters)
-		wake(q, n - spinners, n - spinners >= waiters ? -1 : cpu);
+	wake(q, n - spinners, n - spinners >= waiters ? -1 : cpu);
 }
 
 void fq_submit(struct fq *q, struct fq_work *w, unsigned n)

@@ -95,7 +95,7 @@ void fq_ec_signal(struct fq_ec *ec, unsigned nwake);
  * waiter's re-check sees P1; if P3 reads the waiter's announcement, P2
  * follows it and either W2 read the old seq (FUTEX_WAIT returns at once or
  * is woken) or W2 read the new one, after P2 and so after P1, and W3 sees
- * P1 (argument 2 in fq.c, with P3 and P2 swapped).
+ * P1 (argument 2 in fq.c, whose kick() does the same after a fence).
  */
 void fq_ec_signal_after_rmw(struct fq_ec *ec, unsigned nwake);
 

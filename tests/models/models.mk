@@ -42,12 +42,15 @@ $(eval $(call models_run,join_cancel-bug2,join_cancel,fail,-DBUG=2,-DSAFETY,))
 # CPU, then a plain wake for the rest (fq.c, wake()); BUG=6 drops the
 # plain wake once a targeted one was tried.  A producer whose tokens the
 # spinners cover does not touch seq; BUG=7 reads spinning before enqueueing.
+# Nor does one that finds nobody parked: kick() loads nidle (P3) first and
+# bumps seq (P2) only for a sleeper; -DP2FIRST checks the older order.
 $(eval $(call models_run,park_wake,park_wake,pass,,-DSAFETY,))
 $(eval $(call models_run,park_wake-np,park_wake,pass,,-DNP,-l))
 $(eval $(call models_run,park_wake-W3K3,park_wake,pass,-DW=3 -DK=3,-DSAFETY,))
 $(eval $(call models_run,park_wake-batch,park_wake,pass,-DBATCH=1 -DW=3 -DK=3,-DSAFETY,))
 $(eval $(call models_run,park_wake-P2,park_wake,pass,-DP=2 -DW=3,-DSAFETY,))
 $(eval $(call models_run,park_wake-fix2,park_wake,pass,-DFIX=2,-DSAFETY,))
+$(eval $(call models_run,park_wake-p2first,park_wake,pass,-DP2FIRST=1 -DW=3 -DK=3,-DSAFETY,))
 $(eval $(call models_run,park_wake-prefix,park_wake,fail,-DFIX=0,-DSAFETY,))
 $(eval $(call models_run,park_wake-bug1,park_wake,fail,-DBUG=1,-DSAFETY,))
 $(eval $(call models_run,park_wake-bug2,park_wake,fail,-DBUG=2,-DSAFETY,))

@@ -10,12 +10,13 @@
  * kick(n) (fq_submit's tail, and a spinner's hand-on):
  *     fence;                        seq_cst fence (SC here: implicit)
  *     s = spinning;                 seq_cst load
- *     if (n > s) {
+ *     if (n > s && nidle > 0) {     seq_cst load  P3
  *         seq++;                    seq_cst RMW   P2
- *         if (nidle > 0)            seq_cst load  P3
- *             wake(n - s);
+ *         wake(n - s);
  *     }
- * (when the spinners cover the tokens, seq is not touched at all)
+ * (when the spinners cover the tokens, or nobody is parked, seq is not
+ * touched at all; -DP2FIRST models the older order, seq++ before the
+ * load of nidle, which verifies too)
  * wake(m) (fq.c's wake(); only a producer has a CPU to prefer, a hand-on
  * passes cpu = -1 and goes straight to the plain wake):
  *     k = FUTEX_WAKE_BITSET(&seq, 1, bit of the worker on the caller's CPU)
@@ -228,10 +229,18 @@ inline kick(n, s, k, pref)
 	s = spinning;                           /* after the fence */
 	if
 	:: n > s ->
+#if P2FIRST
 		seq++;                          /* P2: atomic, full barrier */
+#endif
 		if
-		:: nidle > 0 && pref -> s = n - s; wake_pref(s, k); s = 0
-		:: nidle > 0 && !pref -> atomic { futex_wake(n - s); s = 0 }
+		:: nidle > 0 ->                 /* P3 */
+#if !P2FIRST
+			seq++;                  /* P2, only for a sleeper */
+#endif
+			if
+			:: pref -> s = n - s; wake_pref(s, k); s = 0
+			:: else -> atomic { futex_wake(n - s); s = 0 }
+			fi
 		:: else -> s = 0
 		fi
 	:: else -> s = 0
