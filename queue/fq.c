@@ -182,8 +182,9 @@ struct fq {
 	_Atomic uint32_t reserved __attribute__((aligned(FQ_CACHELINE)));
 	_Atomic uint32_t limit; /* c_head + capacity, as last read */
 
-	/* Park/wake: seq is bumped by producers on every submit; workers
-	 * touch this line only when they park. */
+	/* Park/wake: seq is bumped by a submit or hand-on that finds a
+	 * worker parked (argument 2); workers write this line only when
+	 * they park, so a hand-off with nobody parked only reads it. */
 	struct fq_ec idle __attribute__((aligned(FQ_CACHELINE)));
 	/* A: workers in the spin phase (arg. 3).  Written by workers around
 	 * every token, read by producers: its own line, so neither side's
