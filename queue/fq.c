@@ -60,7 +60,9 @@
  *    (kick()), and a woken worker that finds the ring empty again simply
  *    goes back through the protocol.  A worker counts in `spinning` from
  *    before its spin (or from fq_tail(), when the item it runs has only
- *    bounded library code left) until it leaves the spin phase or takes a
+ *    bounded library code left and the ring holds no token; with tokens
+ *    there its next take is a plain one that nobody counted on) until it
+ *    leaves the spin phase or takes a
  *    token (seq_cst decrement), which it does BEFORE it announces itself
  *    as a waiter (W1) and before its next look at the ring.  A producer
  *    that counted it read `spinning` before that decrement, and enqueued
@@ -1108,12 +1110,25 @@ void fq_free_forked(struct fq *q)
  * so a producer woken by what it publishes (a consumer that dispatches
  * again at once) finds it counted and makes no FUTEX_WAKE; the worker
  * checks the ring as soon as the item returns.
+ *
+ * Not when tokens wait in the ring already: the worker's next look takes
+ * one (a plain take, with nothing to hand on, since nobody counted on
+ * it), so the count would only cost two locked RMWs of `spinning` (here
+ * and in stop_spinning()) on the line every dispatch's kick() reads, and
+ * make the worker hand on and kick after its take.  With 16 batches in
+ * flight that was most tokens (bench/PROFILE.txt phase 14: batch 8 with 2
+ * in flight 8.04 -> 11.77M children/s).  A producer that meanwhile finds
+ * no spinner and a parked worker wakes it, for tokens that outnumber the
+ * awake workers anyway.
  */
 void fq_tail(struct fq *q)
 {
 	struct fq_worker *self = tls_self;
 
 	if (!self || self->q != q || self->counted)
+		return;
+	/* Tokens waiting: not counted (see above). */
+	if (ck_ring_size(&q->ring) != 0)
 		return;
 	self->counted = true;
 	/* seq_cst: as the increment in worker_main (argument 3). */
