@@ -37,7 +37,6 @@
 
 #include "fanout.h"
 
-/* Failure bound for every wait that must succeed (not a timing assertion). */
 /* Every engine flag fanout.h documents.  The unknown-flag tests try each
  * bit outside this set, so a flag added to the library but not here
  * fails them (and a bit the library stops refusing fails them too). */
@@ -45,6 +44,7 @@
 	(FANOUT_NO_PIN | FANOUT_WAIT_HELPS | FANOUT_NO_CHILD_CLOCK |           \
 	 FANOUT_RUNNERS_ON_DEMAND)
 
+/* Failure bound for every wait that must succeed (not a timing assertion). */
 #define WAIT_MS 10000
 /* Bound for a child blocked on a gate, so a failed test cannot hang. */
 #define GATE_MS 30000
