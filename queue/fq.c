@@ -493,15 +493,27 @@ void fq_ec_signal(struct fq_ec *ec, unsigned nwake)
 		ec_wake(ec, nwake);
 }
 
+/*
+ * P3 then P2 of argument 2, for a signaller whose P1 is already followed
+ * by a full barrier (an RMW that enqueues, or kick()'s fence): the
+ * seq_cst load of `waiters`, and only if there are any the seq_cst bump
+ * of `seq`; pairs with the seq_cst fetch_add, fence and load in
+ * fq_ec_prepare().  Returns the waiters seen; the caller wakes if > 0.
+ */
+static unsigned ec_bump_if_waiters(struct fq_ec *ec)
+{
+	unsigned waiters =
+		atomic_load_explicit(&ec->waiters, memory_order_seq_cst);
+
+	if (waiters)
+		atomic_fetch_add_explicit(&ec->seq, 1, memory_order_seq_cst);
+	return waiters;
+}
+
 void fq_ec_signal_after_rmw(struct fq_ec *ec, unsigned nwake)
 {
-	/* seq_cst load (P3), before P2: ordered after the caller's P1 by
-	 * P1's own full barrier; pairs with the seq_cst fetch_add/load in
-	 * fq_ec_prepare() (fq.h). */
-	if (!atomic_load_explicit(&ec->waiters, memory_order_seq_cst))
-		return;
-	atomic_fetch_add_explicit(&ec->seq, 1, memory_order_seq_cst);
-	ec_wake(ec, nwake);
+	if (ec_bump_if_waiters(ec))
+		ec_wake(ec, nwake);
 }
 
 /* ------------------------------------------------------ completion word */
@@ -698,12 +710,10 @@ static void kick(struct fq *q, unsigned n, int cpu)
 	spinners = atomic_load_explicit(&q->spinning, memory_order_seq_cst);
 	if (n <= spinners)
 		return;
-	waiters = atomic_load_explicit(&q->idle.waiters, memory_order_seq_cst);
-	if (!waiters)
-		return;
-	atomic_fetch_add_explicit(&q->idle.seq, 1, memory_order_seq_cst);
+	waiters = ec_bump_if_waiters(&q->idle);
 	/* Waking every sleeper anyway: no need to pick one first. */
-	wake(q, n - spinners, n - spinners >= waiters ? -1 : cpu);
+	if (waiters)
+		wake(q, n - spinners, n - spinners >= waiters ? -1 : cpu);
 }
 
 void fq_submit(struct fq *q, struct fq_work *w, unsigned n)
