@@ -44,6 +44,10 @@ double bench_ring_item_ns(void);
 /* the median of bench_ring_item_ns() over the throughput scenario's
  * rounds, each taken right after the peers' batch of 512; 0 if not */
 extern double bench_limit_ring_rounds;
+/* children/s of the bare hand-off: @n tasks copied into a block that goes
+ * to a worker on CPU 1 and back through two ck_rings, @k in flight, for
+ * @dur_ns (fanout-bench-limits.c) */
+double bench_bare_handoff(unsigned n, unsigned k, uint64_t dur_ns);
 void bench_limits_report(void);
 
 /* fanout-bench-report.c */

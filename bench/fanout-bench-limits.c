@@ -50,11 +50,19 @@
  *              a plain store, less the same loop with a plain add: what
  *              each atomic read-modify-write or seq_cst fence of the
  *              synchronous path costs (bars 2 and 3; PROFILE phase 9).
+ *   bare       the bare hand-off: a dispatch + wait of the throughput
+ *              scenario's shape reduced to what the contract cannot drop
+ *              (the tasks copied, a ring to a worker on the other CPU and
+ *              back, a tick per child); measured by the throughput
+ *              scenario beside the peers in each round, see
+ *              bench_bare_handoff() (bars 1 and 9).
  *
  * With one CPU the pinned pairs share it; the figures are then what that
  * machine can do, and still the reference for the ratios.
  */
 #include "bench.h"
+
+#include <fanout.h>
 
 #include <ck_pr.h>
 #include <ck_ring.h>
@@ -498,6 +506,225 @@ double bench_ring_item_ns(void)
 	return run_pair(ring_prod, ring_cons,
 			(uint64_t)(2000000 * bench_opt.scale) + 1000, true,
 			RING_BLOCK);
+}
+
+/* --------------------------------------------------------- bare hand-off */
+
+/*
+ * The bare hand-off (bars 1 and 9): the least that fanout_dispatch() +
+ * fanout_wait() of @n children with @k batches in flight must do when the
+ * children run on another CPU and the tasks are copied, as the contract has
+ * it by default.  The caller, pinned to CPU 0, copies the n tasks into a
+ * recycled block (struct fanout_task, as fanout copies them) and hands the
+ * block to a worker pinned to CPU 1 through a ck_ring SPSC; the worker runs
+ * each child through the task's pointer, reads the tick counter once per
+ * child boundary and writes the child's whole struct fanout_result, then
+ * hands the block back through a second ck_ring; the caller takes it,
+ * checks the last result and reuses the block.  No record table,
+ * admission, join counter, cancel word, sink, event, second worker or
+ * sleeping: the distance from here to fanout's figure is what those cost.
+ */
+struct bare_blk {
+	struct bare_blk *next; /* the caller's free list */
+	unsigned n;
+	_Alignas(BENCH_CACHELINE) struct fanout_result res[]; /* then tasks */
+};
+
+struct bare {
+	_Alignas(BENCH_CACHELINE) ck_ring_t to_w; /* caller -> worker */
+	_Alignas(BENCH_CACHELINE) ck_ring_t to_c; /* worker -> caller */
+	ck_ring_buffer_t *bw, *bc;
+	_Alignas(BENCH_CACHELINE) _Atomic uint32_t ready;
+	_Atomic bool stop;
+	unsigned n, k;
+	bool one_cpu; /* both threads pinned to CPU 0 */
+	uint64_t dur_ns;
+	double rate;   /* children/s, the caller's result */
+	uint64_t sent; /* batches the caller handed over */
+	uint64_t ran;  /* children the worker ran */
+};
+
+#define BARE_RING 64 /* > the most batches in flight (16) */
+
+static _Thread_local uint64_t bare_ran;
+
+static int bare_child(struct fanout_child *c, void *arg)
+{
+	(void)c;
+	(void)arg;
+	bare_ran++; /* what bench_child() does: a thread-local count */
+	return 0;
+}
+
+static struct fanout_task *bare_tasks(struct bare_blk *b)
+{
+	return (struct fanout_task *)&b->res[b->n];
+}
+
+static uint64_t bare_tick(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	return __rdtsc();
+#else
+	return bench_now_ns();
+#endif
+}
+
+/* Waiting for the other side: pause, or yield when both share a CPU. */
+static void bare_relax(const struct bare *x)
+{
+	if (x->one_cpu)
+		sched_yield();
+	else
+		ck_pr_stall();
+}
+
+static void *bare_worker(void *arg)
+{
+	struct bare *x = arg;
+	/* ns per tick in 32.32 fixed point, as the library converts a
+	 * child's ticks; its value does not change the work */
+	volatile uint64_t mult_v = (uint64_t)1 << 31;
+	uint64_t mult = mult_v;
+	bench_pin_self(cpu_of(1));
+	atomic_fetch_add(&x->ready, 1);
+	for (;;) {
+		struct bare_blk *b;
+		if (!ck_ring_dequeue_spsc(&x->to_w, x->bw, &b)) {
+			/* relaxed: set after the caller's last enqueue, whose
+			 * block this loop has already taken and returned */
+			if (atomic_load_explicit(&x->stop,
+						 memory_order_relaxed))
+				break;
+			bare_relax(x);
+			continue;
+		}
+		const struct fanout_task *t = bare_tasks(b);
+		uint64_t t0 = bare_tick();
+		for (unsigned i = 0; i < b->n; i++) {
+			int code = t[i].fn(NULL, t[i].arg);
+			uint64_t t1 = bare_tick();
+			struct fanout_result *r = &b->res[i];
+			r->index = i;
+			r->status = FANOUT_COMPLETED;
+			r->goal = t[i].goal;
+			r->summary = NULL;
+			r->error = NULL;
+			r->duration_ns =
+				(uint64_t)(((unsigned __int128)(t1 - t0) *
+					    mult) >>
+					   32);
+			r->cost = 0;
+			r->code = code;
+			t0 = t1;
+		}
+		while (!ck_ring_enqueue_spsc(&x->to_c, x->bc, b))
+			bare_relax(x);
+	}
+	x->ran = bare_ran;
+	return NULL;
+}
+
+static void *bare_caller(void *arg)
+{
+	struct bare *x = arg;
+	unsigned n = x->n, k = x->k, inflight = 0;
+	size_t size =
+		sizeof(struct bare_blk) +
+		n * (sizeof(struct fanout_result) + sizeof(struct fanout_task));
+	struct fanout_task *src = calloc(n, sizeof(*src));
+	struct bare_blk *free_list = NULL, *all[BARE_RING], *b;
+	if (!src)
+		bench_die("out of memory");
+	for (unsigned i = 0; i < n; i++)
+		src[i] = (struct fanout_task){NULL, bare_child, x};
+	for (unsigned i = 0; i < k; i++) {
+		all[i] = aligned_alloc(BENCH_CACHELINE,
+				       (size + BENCH_CACHELINE - 1) &
+					       ~(size_t)(BENCH_CACHELINE - 1));
+		if (!all[i])
+			bench_die("out of memory");
+		all[i]->next = free_list;
+		free_list = all[i];
+	}
+	bench_pin_self(cpu_of(0));
+	atomic_fetch_add(&x->ready, 1);
+	while (atomic_load(&x->ready) < 2)
+		ck_pr_stall();
+	/* a clock read every `step` batches: ~1k children apart */
+	uint64_t step = 1 + 1024 / n, batches = 0, t0 = bench_now_ns(), t;
+	do {
+		for (uint64_t j = 0; j < step; j++, batches++) {
+			while (inflight < k) {
+				b = free_list;
+				free_list = b->next;
+				b->n = n;
+				memcpy(bare_tasks(b), src, n * sizeof(*src));
+				while (!ck_ring_enqueue_spsc(&x->to_w, x->bw,
+							     b))
+					bare_relax(x);
+				inflight++;
+				x->sent++;
+			}
+			while (!ck_ring_dequeue_spsc(&x->to_c, x->bc, &b))
+				bare_relax(x);
+			if (b->res[n - 1].status != FANOUT_COMPLETED ||
+			    b->res[n - 1].index != n - 1)
+				bench_die("bare hand-off: block returned "
+					  "unrun");
+			b->next = free_list;
+			free_list = b;
+			inflight--;
+		}
+		t = bench_now_ns();
+	} while (t - t0 < x->dur_ns);
+	x->rate = (double)(batches * n) * 1e9 / (double)(t - t0);
+	while (inflight--) {
+		while (!ck_ring_dequeue_spsc(&x->to_c, x->bc, &b))
+			bare_relax(x);
+	}
+	/* relaxed: a flag; every block is back, and pthread_join orders the
+	 * worker's count for the check */
+	atomic_store_explicit(&x->stop, true, memory_order_relaxed);
+	for (unsigned i = 0; i < k; i++)
+		free(all[i]);
+	free(src);
+	return NULL;
+}
+
+double bench_bare_handoff(unsigned n, unsigned k, uint64_t dur_ns)
+{
+	struct bare *x = aligned_alloc(BENCH_CACHELINE,
+				       (sizeof(*x) + BENCH_CACHELINE - 1) &
+					       ~(size_t)(BENCH_CACHELINE - 1));
+	if (!x || !n || !k || k >= BARE_RING)
+		bench_die("bare hand-off: bad arguments or out of memory");
+	memset(x, 0, sizeof(*x));
+	x->bw = aligned_alloc(BENCH_CACHELINE, BARE_RING * sizeof(*x->bw));
+	x->bc = aligned_alloc(BENCH_CACHELINE, BARE_RING * sizeof(*x->bc));
+	if (!x->bw || !x->bc)
+		bench_die("out of memory");
+	ck_ring_init(&x->to_w, BARE_RING);
+	ck_ring_init(&x->to_c, BARE_RING);
+	x->n = n;
+	x->k = k;
+	x->one_cpu = bench_ncpus() < 2; /* before any pinning */
+	x->dur_ns = dur_ns;
+	pthread_t tc, tw;
+	if (pthread_create(&tw, NULL, bare_worker, x) ||
+	    pthread_create(&tc, NULL, bare_caller, x))
+		bench_die("pthread_create failed");
+	pthread_join(tc, NULL);
+	pthread_join(tw, NULL);
+	if (x->ran != x->sent * n)
+		bench_die("bare hand-off: %llu children ran of %llu",
+			  (unsigned long long)x->ran,
+			  (unsigned long long)(x->sent * n));
+	double rate = x->rate;
+	free(x->bw);
+	free(x->bc);
+	free(x);
+	return rate;
 }
 
 double bench_limit_ring_rounds;

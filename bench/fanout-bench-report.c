@@ -224,6 +224,51 @@ static void contract_note(struct bar *b)
 			     bench_limit_rmw);
 }
 
+/*
+ * The bare hand-off of the same shape, measured beside the peers in every
+ * throughput round (fanout-bench-limits.c): tasks copied into a recycled
+ * block, a ck_ring to one worker on the other CPU and back, a tick per
+ * child.  Not a bound on oneTBB or Python, which hand nothing to another
+ * CPU when the waiting thread runs the children itself: what fanout's
+ * contract could reach here, and so how much of fanout's figure its own
+ * protocol costs (bars 1 and 9).  @py: against Python's figure instead.
+ */
+static void bare_note(struct bar *b, bool py)
+{
+	size_t len = strlen(b->measured);
+	bool first = true;
+
+	if (b->holds < 0)
+		return;
+	for (unsigned s = 0; s < BENCH_NSIZES; s++) {
+		char met[48];
+		snprintf(met, sizeof(met), "batch %u", bench_sizes[s]);
+		double bare = fig("throughput", met, "bare-handoff");
+		double me = fig("throughput", met, "fanout");
+		double other = fig("throughput", met, "python-tpe");
+		if (isnan(bare) || isnan(me) || bare <= 0 ||
+		    (py &&
+		     (bench_sizes[s] != 64 || isnan(other) || other <= 0)))
+			continue;
+		if (first)
+			measured_add(b, &len,
+				     "; the bare hand-off (tasks copied, a "
+				     "ck_ring to one worker on the other CPU "
+				     "and back, a tick per child) ");
+		else
+			measured_add(b, &len, ", ");
+		if (py)
+			measured_add(b, &len,
+				     "%.3gM = %.0fx Python, fanout at "
+				     "%.2fx of it",
+				     bare / 1e6, bare / other, me / bare);
+		else
+			measured_add(b, &len, "%u: %.3gM, fanout at %.2fx",
+				     bench_sizes[s], bare / 1e6, me / bare);
+		first = false;
+	}
+}
+
 static void compute_bars(void)
 {
 	static const double need_fanout[BENCH_NSIZES] = {0.5, 1, 1, 1, 1};
@@ -237,6 +282,7 @@ static void compute_bars(void)
 	opt_in_note(&bars[nbars - 1], "fanout_help", "FANOUT_WAIT_HELPS");
 	opt_in_note(&bars[nbars - 1], "fanout_ondemand",
 		    "FANOUT_RUNNERS_ON_DEMAND");
+	bare_note(&bars[nbars - 1], false);
 	if (bench_limit_yield > 0 && bars[nbars - 1].holds >= 0) {
 		/* what the default path's hand-offs on the consumer's CPU
 		 * cost here (bench/PROFILE.txt phase 8) */
@@ -364,6 +410,7 @@ static void compute_bars(void)
 					 "judged) %.0fx",
 					 od / py);
 		}
+		bare_note(b, true);
 	}
 }
 

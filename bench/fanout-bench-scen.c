@@ -175,7 +175,10 @@ void bench_scen_throughput(void)
 	 * the limits' sets at its start and end can catch another state */
 	double *ring = calloc(R, sizeof(double));
 	unsigned nring = 0;
-	if (!v || !pc || !ring)
+	/* bars 1 and 9's floor, the bare hand-off of the same shape, right
+	 * after the peers' sweep rows up to batch 64, in every round */
+	double *bare = calloc(BENCH_NSIZES * R, sizeof(double));
+	if (!v || !pc || !ring || !bare)
 		bench_die("out of memory");
 	/* warm-up pass */
 	for (unsigned s = 0; s < NR; s++) {
@@ -201,6 +204,8 @@ void bench_scen_throughput(void)
 				bench_py_throughput(n, k, dur);
 			if (n == 512 && k == 1)
 				ring[nring++] = bench_ring_item_ns();
+			if (s < BENCH_NSIZES && n <= 64)
+				bare[s * R + r] = bench_bare_handoff(n, k, dur);
 		}
 	if (nring)
 		bench_limit_ring_rounds = bench_median(ring, nring);
@@ -244,6 +249,10 @@ void bench_scen_throughput(void)
 					      hx_at(p)->ops->name, c, "ns",
 					      BENCH_LOWER);
 		}
+		if (s < BENCH_NSIZES && row_n[s] <= 64)
+			bench_fig_add("throughput", mbuf[s], "bare-handoff",
+				      bench_median(&bare[s * R], R),
+				      "children/s", BENCH_INFO);
 		double py = bench_median(&v[(np * NR + s) * R], R);
 		if (!isnan(py))
 			bench_fig_add("throughput", mbuf[s], "python-tpe", py,
@@ -297,6 +306,7 @@ void bench_scen_throughput(void)
 	}
 	free(v);
 	free(pc);
+	free(bare);
 }
 
 /* ------------------------------------------------------------ call cost */
