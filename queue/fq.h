@@ -102,8 +102,10 @@ void fq_ec_signal_after_rmw(struct fq_ec *ec, unsigned nwake);
 /*
  * A producer that will call fq_reserve() and fq_submit() soon: start
  * fetching the lines they write (the credits, the ring's producer
- * counters) and the ones they read (`spinning`, which kick() loads, and
- * the ring's consumer counter, which the enqueue compares with).  Workers
+ * counters) and the one they read (`spinning`, which kick() loads; not
+ * the ring's consumer counter, which the enqueue no longer reads and
+ * whose copy would cost the workers' next dequeue an invalidation,
+ * bench/PROFILE.txt phase 15).  Workers
  * write or read them around every token, so each is a miss, and behind
  * locked instructions those misses come one after another; prefetched
  * together and early they overlap each other and the caller's own work
