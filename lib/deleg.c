@@ -14,8 +14,9 @@
  * sink's max_pending (back-pressure, sink.c) is the same kind of counter,
  * taken first and given back when the event is taken.
  *
- * Shutdown.  `active` counts unfinished records plus dispatch/run calls in
- * progress.  A call adds 2 (itself and its record) before it reads
+ * Shutdown.  `active` (two counters, one per side: record.c) counts
+ * unfinished records plus dispatch/run calls in progress.  A call adds 2
+ * (itself and its record) before it reads
  * `shutting`; fanout_shutdown stores `shutting` and then scans the table.
  * After inserting, a dispatch issues a full fence and re-reads `shutting`
  * and cancels its own record if set (recheck): with the fences on both sides (store;
@@ -25,6 +26,21 @@
  * dropped only after its last touch of the queue, so fanout_shutdown, which
  * waits for active == 0 before stopping the queue, never stops it under a
  * submit.
+ *
+ * Admission.  max_async counts background delegations between their
+ * admission and their finalise: `async_started` (the dispatchers' line)
+ * less `async_done` (the finalisers').  A dispatch takes its slot with a
+ * fetch_add of async_started and compares the old value s with
+ * `async_limit`, an async_done + max_async that a dispatcher read earlier
+ * (async_done only grows, so an old limit is a low one: the bound holds
+ * with any limit read); only when s reaches the limit does it read
+ * async_done again, and it refuses if s is still at or past the new one.
+ * So at most max_async are admitted and not finished, a refusal means
+ * max_async were running when it read async_done, and in the usual
+ * hand-off neither side RMWs a line the other wrote last (one counter
+ * cost both a locked miss per delegation, bench/PROFILE.txt phase 15).
+ * 32-bit counters, compared by signed difference: they never differ by
+ * 2^31 (max_async <= 2^20).
  */
 #include "internal.h"
 
@@ -151,12 +167,48 @@ static void rec_link(struct record *rec, const struct fanout_batch *b,
 		rec->deadline = rec->dispatched_ns + b->deadline_ns;
 }
 
+/* Take a max_async slot ("Admission" above); false: max_async are running.
+ * The caller undoes the increment, taken or not, if it turns back. */
+static bool async_admit(struct fanout_engine *e)
+{
+	/* relaxed: the count's own order is all the bound needs. */
+	uint32_t s = atomic_fetch_add_explicit(&e->async_started, 1,
+					       memory_order_relaxed);
+	/* relaxed: any limit read is a valid bound (see above). */
+	uint32_t lim =
+		atomic_load_explicit(&e->async_limit, memory_order_relaxed);
+
+	if ((int32_t)(s - lim) < 0)
+		return true;
+	/* acquire: pairs with the release increment in finalise, so a
+	 * consumer that took an event and dispatches again finds its slot
+	 * free (the event's hand-over orders that increment before). */
+	lim = atomic_load_explicit(&e->async_done, memory_order_acquire) +
+	      e->cfg.max_async;
+	/* relaxed: a hint for the next dispatches; a lower limit stored by
+	 * a slower one only makes them read async_done again. */
+	atomic_store_explicit(&e->async_limit, lim, memory_order_relaxed);
+	return (int32_t)(s - lim) < 0;
+}
+
+unsigned fanout__async_running(struct fanout_engine *e)
+{
+	/* acquire: pairs with finalise's release increments, each after its
+	 * delegation's increment of async_started, so the load of started
+	 * below sees those: the difference is never negative.  A figure. */
+	uint32_t done =
+		atomic_load_explicit(&e->async_done, memory_order_acquire);
+
+	return atomic_load_explicit(&e->async_started, memory_order_relaxed) -
+	       done;
+}
+
 /* Enter a dispatch/run call: count the call and its record in `active`
  * (see "Shutdown" above). */
 static int enter(struct fanout_engine *e)
 {
 	/* seq_cst: the store-load pair against fanout_shutdown(). */
-	atomic_fetch_add_explicit(&e->active, 2, memory_order_seq_cst);
+	atomic_fetch_add_explicit(&e->active_in, 2, memory_order_seq_cst);
 	if (atomic_load_explicit(&e->shutting, memory_order_seq_cst)) {
 		fanout__active_put(e, 2);
 		return -ESHUTDOWN;
@@ -257,7 +309,7 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	 * earlier delegation wrote last: fetched from here on, they arrive
 	 * during check_batch() instead of one by one (fq.h). */
 	fq_prefetch_submit(e->q);
-	__builtin_prefetch(&e->active, 1, 3);
+	__builtin_prefetch(&e->active_in, 1, 3);
 	err = admit(e, b, &depth, &o, &goals);
 	if (err)
 		return err;
@@ -267,11 +319,8 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 		err = -EBUSY;
 		goto out_active;
 	}
-	/* Admission: one max_async slot per batch.  acquire: pairs with the
-	 * release decrement in finalise, so the slot's old owner is done. */
-	if (atomic_fetch_add_explicit(&e->async_running, 1,
-				      memory_order_acquire) >=
-	    e->cfg.max_async) {
+	/* Admission: one max_async slot per batch ("Admission" above). */
+	if (!async_admit(e)) {
 		err = -EBUSY;
 		goto out_async;
 	}
@@ -320,7 +369,7 @@ out_credits:
 	fq_unreserve(e->q, got);
 out_async:
 	/* relaxed: undoing our own increment publishes nothing. */
-	atomic_fetch_sub_explicit(&e->async_running, 1, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&e->async_started, 1, memory_order_relaxed);
 	fanout__sink_unhold(s);
 out_active:
 	fanout__active_put(e, 2);

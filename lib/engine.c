@@ -143,8 +143,11 @@ int fanout_create(const struct fanout_config *cfg, struct fanout_engine **out)
 	qp.workers = e->cfg.workers;
 	qp.pin = !(e->cfg.flags & FANOUT_NO_PIN);
 	qp.spin_ns = e->cfg.spin_ns;
-	atomic_init(&e->async_running, 0);
-	atomic_init(&e->active, 0);
+	atomic_init(&e->async_started, 0);
+	atomic_init(&e->async_limit, e->cfg.max_async);
+	atomic_init(&e->async_done, 0);
+	atomic_init(&e->active_in, 0);
+	atomic_init(&e->active_out, 0);
 	atomic_init(&e->finish_seq, 0);
 	atomic_init(&e->shutting, 0);
 	atomic_init(&e->shut_done, 0);
@@ -231,9 +234,25 @@ static void wait_word(struct fanout_engine *e, _Atomic uint32_t *word,
 		uint32_t v = fq_ec_prepare(&e->drained);
 
 		/* seq_cst: after the seq_cst announcement in fq_ec_prepare;
-		 * pairs with the seq_cst decrement in fanout__active_put() and
-		 * the release store of shut_done. */
+		 * pairs with the release store of shut_done. */
 		if (atomic_load_explicit(word, memory_order_seq_cst) == want) {
+			fq_ec_done(&e->drained);
+			return;
+		}
+		fq_ec_wait(&e->drained, v, 0);
+		fq_ec_done(&e->drained);
+	}
+}
+
+/* Sleep on `drained` until nothing is in flight (record.c, "active"). */
+static void wait_drained(struct fanout_engine *e)
+{
+	for (;;) {
+		uint32_t v = fq_ec_prepare(&e->drained);
+
+		/* After the seq_cst announcement in fq_ec_prepare: the loads
+		 * in fanout__drained pair with the puts' RMWs (put_signal). */
+		if (fanout__drained(e)) {
 			fq_ec_done(&e->drained);
 			return;
 		}
@@ -271,7 +290,7 @@ int fanout_shutdown(struct fanout_engine *e)
 	atomic_thread_fence(memory_order_seq_cst);
 	cancel_all(e, FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON |
 			      CANCEL_SHUTDOWN);
-	wait_word(e, &e->active, 0);
+	wait_drained(e);
 	fanout__timer_stop(e);
 	fq_stop(e->q);
 	/* release: pairs with the acquire in wait_word() of later callers. */
@@ -372,8 +391,7 @@ int fanout_stats(struct fanout_engine *e, struct fanout_stats *st)
 		atomic_load_explicit(&e->st_skipped, memory_order_relaxed);
 	st->children_run = atomic_load_explicit(&e->st_helper_children,
 						memory_order_relaxed);
-	st->async_running =
-		atomic_load_explicit(&e->async_running, memory_order_relaxed);
+	st->async_running = fanout__async_running(e);
 	st->nworkers = e->cfg.workers;
 	for (i = 0; i < e->cfg.workers; i++) {
 		struct fanout_worker_stats ws;

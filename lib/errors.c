@@ -83,8 +83,7 @@ static int describe_busy(struct fanout_engine *e, const char *base, char *buf,
 {
 	bool dflt;
 	unsigned full = fanout__sinks_full(e, &dflt);
-	unsigned running = atomic_load_explicit(&e->async_running, /* figure */
-						memory_order_relaxed);
+	unsigned running = fanout__async_running(e); /* a figure */
 	unsigned created = dflt ? full - 1 : full;
 
 	if (!full)

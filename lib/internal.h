@@ -291,18 +291,25 @@ struct fanout_engine {
 		__attribute__((aligned(CACHELINE))); /* A */
 	_Atomic uint64_t st_runs;		     /* A */
 
-	/* Touched by dispatchers and finalisers alike: their own line. */
-	_Atomic uint32_t async_running
-		__attribute__((aligned(CACHELINE))); /* A */
-	_Atomic uint32_t active; /* A: unfinished records + calls in flight */
+	/* Admission and shutdown's count, split so that no line is RMWed by
+	 * both sides of a hand-off (deleg.c, "Admission"; engine.c,
+	 * "Shutdown").  Touched by dispatching threads: */
+	/* A: background delegations admitted (less the refused) */
+	_Atomic uint32_t async_started __attribute__((aligned(CACHELINE)));
+	_Atomic uint32_t async_limit; /* A: async_done + max_async, as read */
+	/* A: units in: +2 per call entered (the call and its record), less
+	 * what the callers drop (their call's unit, a synchronous record's) */
+	_Atomic uint64_t active_in;
 
 	/* Touched only by finalisers. */
 	/* A: also fanout_stats()' completed count (finalise, join.c) */
 	_Atomic uint64_t finish_seq __attribute__((aligned(CACHELINE)));
+	_Atomic uint32_t async_done; /* A: background delegations finished */
+	_Atomic uint64_t active_out; /* A: background records' units out */
 
 	/* Shutdown. */
 	_Atomic uint32_t shutting __attribute__((aligned(CACHELINE))); /* A */
-	struct fq_ec drained;	    /* A: signalled when active reaches 0 */
+	struct fq_ec drained;	    /* A: signalled by puts while shutting */
 	_Atomic uint32_t shut_done; /* A */
 
 	/* Colder statistics (relaxed; exact once quiescent). */
@@ -342,6 +349,9 @@ void fanout__rec_flush(struct fanout_engine *e);
 void fanout__limbo_drain(void);
 uint64_t fanout__limbo_reused(void);
 void fanout__active_put(struct fanout_engine *e, uint32_t n);
+void fanout__active_done(struct fanout_engine *e);
+bool fanout__drained(struct fanout_engine *e);
+unsigned fanout__async_running(struct fanout_engine *e);
 
 /* join.c */
 struct fanout_child *fanout__current(void);

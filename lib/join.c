@@ -220,8 +220,10 @@ static void finalise(struct record *rec, bool local, bool *ref)
 		struct fanout_sink *s = rec->sink;
 
 		/* Give the capacity slot back before the event can be seen.
-		 * release: pairs with the acquire fetch_add in dispatch. */
-		atomic_fetch_sub_explicit(&e->async_running, 1,
+		 * release: pairs with the acquire loads of async_done in
+		 * dispatch's admission and in fanout__async_running (deleg.c);
+		 * the finalisers' own line ("Admission" there). */
+		atomic_fetch_add_explicit(&e->async_done, 1,
 					  memory_order_release);
 		/* The runner's own reference goes before the event can be
 		 * had: the event's keeps the record until then, so this put
@@ -249,7 +251,7 @@ static void finalise(struct record *rec, bool local, bool *ref)
 	}
 	/* Pruning waits for the event to be freed (table.c, "Pruning"). */
 	if (background)
-		fanout__active_put(e, 1);
+		fanout__active_done(e);
 	else if (!local)
 		/* The last touch: a synchronous record's unit of `active` is
 		 * dropped by its caller with the call's own, after this wakes

@@ -71,6 +71,41 @@ static void capacity_max_async_busy(void **state)
 }
 
 /*
+ * The bound holds round after round: dispatchers compare with a limit they
+ * refresh from the finalisers' count only when they reach it (lib/deleg.c,
+ * "Admission"), so check it again after many refreshes.
+ */
+static void capacity_max_async_holds_over_rounds(void **state)
+{
+	enum { N = 3, ROUNDS = 20 };
+	struct fanout_engine *e = NEW_ENGINE(.workers = 2, .max_async = N,
+					     .flags = FANOUT_NO_PIN);
+	struct tbatch *tb[N + 1];
+	atomic_int gate[N];
+
+	for (int i = 0; i <= N; i++)
+		tb[i] = tb_new(1);
+	for (int r = 0; r < ROUNDS; r++) {
+		for (int i = 0; i < N; i++) {
+			atomic_init(&gate[i], 0);
+			tb[i]->probes[0].gate = &gate[i];
+			must_dispatch(e, tb[i]);
+		}
+		assert_int_equal(fanout_dispatch(e, &tb[N]->b, NULL), -EBUSY);
+		assert_int_equal(stats_of(e).async_running, N);
+		for (int i = 0; i < N; i++)
+			atomic_store(&gate[i], 1);
+		for (int i = 0; i < N; i++)
+			fanout_event_free(must_wait(fanout_default_sink(e)));
+		assert_int_equal(stats_of(e).async_running, 0);
+	}
+	assert_int_equal(stats_of(e).rejected, ROUNDS);
+	for (int i = 0; i <= N; i++)
+		tb_free(tb[i]);
+	fanout_destroy(e);
+}
+
+/*
  * The slot is released before the event is published: a consumer that got
  * the event can always dispatch again.  Repeated to catch the race.
  */
@@ -391,6 +426,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		TC(capacity_max_async_busy),
+		TC(capacity_max_async_holds_over_rounds),
 		TC(capacity_slot_released_before_event),
 		TC(capacity_refusals_leave_no_credit),
 		TC(capacity_one_slot_per_batch),

@@ -4,11 +4,13 @@
  * What it models (lib/deleg.c: enter, fanout_dispatch, recheck_shutdown,
  * fanout__active_put, fanout__finalise, fanout__cancel_rec; and the
  * fanout_shutdown protocol described in deleg.c "Shutdown"; see
- * tests/models/README.md). e->active is `inflight` here (active is a
- * Promela keyword).
+ * tests/models/README.md).  `active` is two counters (record.c): e->
+ * active_in is `ain` here, which calls add to when they enter and
+ * subtract from when they drop a unit, and e->active_out is `aout`,
+ * which finalisers add a background record's unit to.
  *
  * Dispatcher (fanout_dispatch, one per delegation, any thread):
- *     active += 2;                  seq_cst RMW: the call + its record
+ *     active_in += 2;               seq_cst RMW: the call + its record
  *     if (shutting) { put(2); return -ESHUTDOWN; }
  *     insert the record into the table;
  *     fq_submit(record);            the workers may run it from now on
@@ -21,16 +23,19 @@
  * finalises. A worker's children either finish by themselves or run
  * "forever", i.e. until they see the interrupt. A canceller that claims
  * finalises at once (children reported interrupted).
- *     finalise: publish the ONE event; then put(1)  (the record's unit)
- *     put(n):   if (fetch_sub(active, n) == n && shutting) signal(drained)
+ *     finalise: publish the ONE event; then out_put() (the record's unit)
+ *     put(n):    active_in -= n;  if (shutting) signal(drained)
+ *     out_put(): active_out += 1; if (shutting) signal(drained)
  * fanout_shutdown():
  *     shutting = 1;                 store + full barrier
  *     for each record in the table: cancel(record);
- *     wait until active == 0        eventcount: prepare; re-check; sleep
+ *     wait until drained            eventcount: prepare; re-check; sleep
+ *                                   (re-check: o = active_out, then
+ *                                   i = active_in, drained if i == o)
  *     stop the queue;
  *     (every accepted delegation must have published its event by now)
  * The drained eventcount is the same protocol as park_wake.pml: prepare
- * (waiters++, v = seq), re-check active, futex_wait(seq, v); signal is
+ * (waiters++, v = seq), re-check, futex_wait(seq, v); signal is
  * seq++ then wake if waiters.
  *
  * Properties (safety; nothing has an end label, so any process stuck at
@@ -68,22 +73,25 @@
  *     seq_cst exchange + seq_cst fence on the shutdown side;
  *   - "insert; fence; read shutting" vs "write shutting; fence; scan":
  *     a seq_cst fence on each side;
- *   - put "active -= n; read shutting" (no signal if it reads 0) vs the
- *     same shutdown sequence: C11 only guarantees that shutdown's read of
- *     active (after its seq_cst fence) sees the decrement if the decrement
- *     is itself seq_cst (C11 7.17.3, the seq_cst fence rule, speaks of
- *     the last seq_cst modification before the fence); acq_rel is enough on
- *     x86, ARMv8, POWER and RISC-V, but not by the letter of C11.
- * The drained eventcount needs nothing more: if put's signal finds no
+ *   - put / done "RMW a counter; read shutting" vs the same shutdown
+ *     sequence: C11 only guarantees that shutdown's reads of the counters
+ *     (after its seq_cst fence) see the RMW if the RMW is itself seq_cst
+ *     (C11 7.17.3, the seq_cst fence rule, speaks of the last seq_cst
+ *     modification before the fence); acq_rel is enough on x86, ARMv8,
+ *     POWER and RISC-V, but not by the letter of C11.
+ * And the re-check's two loads are two steps here, so spin interleaves
+ * puts between them.
+ * The drained eventcount needs nothing more: if a put's signal finds no
  * waiter, shutdown's v = seq reads the bumped seq and acquires the
- * decrement through it.
+ * put through it.
  */
 
 #ifndef D
 #define D 2            /* delegations dispatched concurrently with shutdown */
 #endif
 
-byte inflight = 0;     /* e->active */
+byte ain = 0;          /* e->active_in */
+byte aout = 0;         /* e->active_out */
 bool shutting = 0;     /* e->shutting */
 bool qstopped = 0;     /* fq_stop() has run */
 
@@ -108,24 +116,34 @@ inline signal_drained()
 	fi
 }
 
-/* `last` is scratch: cleared again so it does not split states */
+/* a caller drops n units of its own */
 inline put(n)
 {
-	d_step { last = (inflight == n); inflight = inflight - n };
+	ain = ain - n;                          /* seq_cst RMW */
 	if
-	:: last && shutting -> last = 0; signal_drained()
-	:: else -> last = 0
+	:: shutting -> signal_drained()
+	:: else
+	fi
+}
+
+/* a finaliser drops a background record's unit */
+inline out_put()
+{
+	aout = aout + 1;                        /* seq_cst RMW */
+	if
+	:: shutting -> signal_drained()
+	:: else
 	fi
 }
 
 inline finalise(r)
 {
 #if BUG == 2
-	put(1);
+	out_put();
 	published[r]++;
 #else
 	published[r]++;                         /* publish the ONE event */
-	put(1);                                 /* then drop the record's unit */
+	out_put();                                 /* then drop the record's unit */
 #endif
 }
 
@@ -162,7 +180,6 @@ inline check_published()
 proctype runner(byte id)
 {
 	bool mine;
-	bool last;
 
 	d_step {                                /* claim the children */
 		mine = !taken[id];
@@ -182,9 +199,8 @@ proctype runner(byte id)
 proctype dispatcher(byte id)
 {
 	bool mine;
-	bool last;
 
-	d_step { inflight = inflight + 2 };         /* seq_cst RMW */
+	ain = ain + 2;                          /* seq_cst RMW */
 	if
 	:: shutting ->
 		put(2);
@@ -214,8 +230,7 @@ done:
 
 proctype shutdown()
 {
-	byte r, v;
-	bool last;
+	byte r, v, o, i;
 	bool mine;
 
 	shutting = 1;                           /* store; seq_cst fence */
@@ -229,21 +244,25 @@ proctype shutdown()
 		r++
 	:: else -> break
 	od;
-	do                                      /* wait for inflight == 0 */
+	do                                      /* wait until drained */
 	::
 #if BUG == 3
+		o = aout;                       /* checked before announcing */
+		i = ain;
 		if
-		:: inflight == 0 -> break         /* checked before announcing */
-		:: else
+		:: i == o -> o = 0; i = 0; break
+		:: else -> o = 0; i = 0
 		fi;
 		waiters++;
 		v = seq;
 #else
 		waiters++;                      /* fq_ec_prepare: seq_cst */
 		v = seq;
+		o = aout;                       /* fanout__drained: out, */
+		i = ain;                        /* then in */
 		if
-		:: inflight == 0 -> waiters--; break
-		:: else
+		:: i == o -> o = 0; i = 0; waiters--; break
+		:: else -> o = 0; i = 0
 		fi;
 #endif
 		d_step {                        /* futex_wait(&seq, v) */
