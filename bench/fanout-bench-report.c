@@ -155,6 +155,26 @@ static void tbb_ratio_bar(const char *what, const char *target,
 	b->holds = holds;
 }
 
+/* @peer's throughput at sweep size index @s (NAN if not measured). */
+static double size_fig(unsigned s, const char *peer)
+{
+	char met[48];
+	snprintf(met, sizeof(met), "batch %u", bench_sizes[s]);
+	return fig("throughput", met, peer);
+}
+
+/* Start one item of a list appended to a bar: "; @intro" before the
+ * first, ", " before the others. */
+static void list_item(struct bar *b, size_t *len, bool *first,
+		      const char *intro)
+{
+	if (*first)
+		measured_add(b, len, "; %s", intro);
+	else
+		measured_add(b, len, ", ");
+	*first = false;
+}
+
 /* Append, not judged, what an opt-in configuration (@peer's column, engine
  * flag @flag) gives against oneTBB at each size: the figures behind the
  * decisions whether fanout_wait helps by default (fanout_help) and
@@ -163,24 +183,18 @@ static void opt_in_note(struct bar *b, const char *peer, const char *flag)
 {
 	size_t len = strlen(b->measured);
 	bool first = true;
+	char intro[96];
 
 	if (b->holds < 0)
 		return;
+	snprintf(intro, sizeof(intro), "with %s (off by default, not judged) ",
+		 flag);
 	for (unsigned s = 0; s < BENCH_NSIZES; s++) {
-		char met[48];
-		snprintf(met, sizeof(met), "batch %u", bench_sizes[s]);
-		double me = fig("throughput", met, peer);
-		double tbb = fig("throughput", met, "onetbb");
+		double me = size_fig(s, peer), tbb = size_fig(s, "onetbb");
 		if (isnan(me) || isnan(tbb) || tbb <= 0)
 			continue;
-		if (first)
-			measured_add(b, &len,
-				     "; with %s (off by default, not judged) ",
-				     flag);
-		else
-			measured_add(b, &len, ", ");
+		list_item(b, &len, &first, intro);
 		measured_add(b, &len, "%u: %.2fx", bench_sizes[s], me / tbb);
-		first = false;
 	}
 }
 
@@ -241,22 +255,17 @@ static void bare_note(struct bar *b, bool py)
 	if (b->holds < 0)
 		return;
 	for (unsigned s = 0; s < BENCH_NSIZES; s++) {
-		char met[48];
-		snprintf(met, sizeof(met), "batch %u", bench_sizes[s]);
-		double bare = fig("throughput", met, "bare-handoff");
-		double me = fig("throughput", met, "fanout");
-		double other = fig("throughput", met, "python-tpe");
+		double bare = size_fig(s, "bare-handoff");
+		double me = size_fig(s, "fanout");
+		double other = size_fig(s, "python-tpe");
 		if (isnan(bare) || isnan(me) || bare <= 0 ||
 		    (py &&
 		     (bench_sizes[s] != 64 || isnan(other) || other <= 0)))
 			continue;
-		if (first)
-			measured_add(b, &len,
-				     "; the bare hand-off (tasks copied, a "
-				     "ck_ring to one worker on the other CPU "
-				     "and back, a tick per child) ");
-		else
-			measured_add(b, &len, ", ");
+		list_item(b, &len, &first,
+			  "the bare hand-off (tasks copied, a ck_ring to one "
+			  "worker on the other CPU and back, a tick per "
+			  "child) ");
 		if (py)
 			measured_add(b, &len,
 				     "%.3gM = %.0fx Python, fanout at "
@@ -265,7 +274,6 @@ static void bare_note(struct bar *b, bool py)
 		else
 			measured_add(b, &len, "%u: %.3gM, fanout at %.2fx",
 				     bench_sizes[s], bare / 1e6, me / bare);
-		first = false;
 	}
 }
 
