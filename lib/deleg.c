@@ -305,11 +305,11 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 		return -EOWNERDEAD; /* fork.c; not counted: nothing changes */
 	if (b->sink && b->sink->e != e)
 		return reject(e, -EINVAL);
-	/* The shared lines this call will RMW, which the finaliser of an
-	 * earlier delegation wrote last: fetched from here on, they arrive
-	 * during check_batch() instead of one by one (fq.h). */
+	/* The queue's lines this call will write or read, which workers
+	 * touched since: fetched from here on, they arrive during
+	 * check_batch() instead of one by one (fq.h).  The engine's
+	 * admission line is the dispatchers' own ("Admission"). */
 	fq_prefetch_submit(e->q);
-	__builtin_prefetch(&e->active_in, 1, 3);
 	err = admit(e, b, &depth, &o, &goals);
 	if (err)
 		return err;
