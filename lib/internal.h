@@ -292,8 +292,8 @@ struct fanout_engine {
 	_Atomic uint64_t st_runs;		     /* A */
 
 	/* Admission and shutdown's count, split so that no line is RMWed by
-	 * both sides of a hand-off (deleg.c, "Admission"; engine.c,
-	 * "Shutdown").  Touched by dispatching threads: */
+	 * both sides of a hand-off (deleg.c, "Admission"; record.c, before
+	 * fanout__active_put).  Touched by dispatching threads: */
 	/* A: background delegations admitted (less the refused) */
 	_Atomic uint32_t async_started __attribute__((aligned(CACHELINE)));
 	_Atomic uint32_t async_limit; /* A: async_done + max_async, as read */
