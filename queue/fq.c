@@ -27,14 +27,13 @@
  *    p, then, p + 1 <= c_head + size - 1: the dequeue of p - size, the
  *    slot's last user, has moved c_head past it, after loading the slot,
  *    so the store into the slot after the claim cannot overwrite a token
- *    nobody took.  The limit is refreshed from c_head only when
- *    it is too low for the request, so in the usual hand-off a producer
- *    writes only the producers' line and a worker only the ring's
- *    consumer counter: neither RMWs a line the other wrote last (a shared
- *    credit counter cost both sides one such RMW per token; bench/
- *    PROFILE.txt phase 14).  Admission is decided before anything is
- *    enqueued: a caller that cannot get its minimum gets 0 and has
- *    changed nothing.
+ *    nobody took.  The limit is refreshed from c_head only when it is
+ *    too low for the request, so in the usual hand-off a producer writes
+ *    only the producers' line and a worker only the ring's consumer
+ *    counter: neither RMWs a line the other wrote last (a shared credit
+ *    counter cost both sides one such RMW per token; bench/PROFILE.txt
+ *    phase 14).  Admission is decided before anything is enqueued: a
+ *    caller that cannot get its minimum gets 0 and has changed nothing.
  *
  * 2. No lost wakeup.  A worker parks with the eventcount protocol:
  *        W1 waiters++ (seq_cst RMW), then a seq_cst fence
@@ -614,8 +613,10 @@ unsigned fq_reserve(struct fq *q, unsigned want, unsigned min)
 	uint32_t r = atomic_load_explicit(&q->reserved, memory_order_relaxed);
 
 	for (;;) {
-		/* acquire: pairs with the release store below (argument 1:
-		 * our enqueue then reads a c_head no older than this). */
+		/* acquire: pairs with the release store below, after the
+		 * load of c_head the limit came from (argument 1: that load
+		 * precedes our reservation, so the position we claim later
+		 * was vacated). */
 		uint32_t lim =
 			atomic_load_explicit(&q->limit, memory_order_acquire);
 		int32_t left = room(lim, r);

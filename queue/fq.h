@@ -105,13 +105,12 @@ void fq_ec_signal_after_rmw(struct fq_ec *ec, unsigned nwake);
  * counters) and the one they read (`spinning`, which kick() loads; not
  * the ring's consumer counter, which the enqueue no longer reads and
  * whose copy would cost the workers' next dequeue an invalidation,
- * bench/PROFILE.txt phase 15).  Workers
- * write or read them around every token, so each is a miss, and behind
- * locked instructions those misses come one after another; prefetched
- * together and early they overlap each other and the caller's own work
- * (dispatch of a batch of 64, slow host: 3,000-3,400 -> 1,600-2,000
- * ticks; bench/PROFILE.txt phase 13).  Only a hint: nothing depends on
- * it.
+ * bench/PROFILE.txt phase 15).  Workers write or read them around every
+ * token, so each is a miss, and behind locked instructions those misses
+ * come one after another; prefetched together and early they overlap
+ * each other and the caller's own work (dispatch of a batch of 64, slow
+ * host: 3,000-3,400 -> 1,600-2,000 ticks; bench/PROFILE.txt phase 13).
+ * Only a hint: nothing depends on it.
  */
 void fq_prefetch_submit(struct fq *q);
 

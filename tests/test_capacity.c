@@ -386,8 +386,8 @@ static void capacity_small_ring_never_overflows(void **state)
  * A ring of 4 slots (3 usable) with its one worker held: exactly 3 more
  * single-child batches fit, round after round.  The credits come back
  * with the workers' dequeues, so a refill that missed them refuses
- * early, and one that counted them twice overflows the ring (fq_submit
- * asserts).
+ * early, and one that counted them twice overflows the ring (the
+ * sanitizer builds' ring_put aborts on it).
  */
 static void capacity_ring_refills_exactly(void **state)
 {
