@@ -11,6 +11,7 @@
 #include <tbb/task_group.h>
 
 extern "C" void barcheck_child(void);
+extern "C" unsigned barcheck_clock_every(unsigned k);
 
 namespace {
 
@@ -53,17 +54,18 @@ extern "C" void barcheck_tbb_fini(void)
 extern "C" uint64_t barcheck_tbb_stream(unsigned n, unsigned k, uint64_t dur_ns)
 {
 	uint64_t done = 0, end = now_ns() + dur_ns;
-	unsigned head = 0;
+	unsigned head = 0, tick = 0, every;
 	bool more = true;
 	if (k > ngroups)
 		k = ngroups;
+	every = barcheck_clock_every(k);
 	for (unsigned i = 0; i < k; i++)
 		start(groups[i], n);
 	for (unsigned live = k; live; head = (head + 1) % k) {
 		groups[head].wait();
 		done += n;
 		live--;
-		if (more && now_ns() >= end)
+		if (more && ++tick % every == 0 && now_ns() >= end)
 			more = false;
 		if (more) {
 			start(groups[head], n);
