@@ -644,7 +644,11 @@ unsigned fq_reserve(struct fq *q, unsigned want, unsigned min)
 
 void fq_prefetch_submit(struct fq *q)
 {
-	/* For writing: fq_reserve()'s CAS and fq_submit()'s ring CAS. */
+	/* The lines of fq_reserve()'s CAS and fq_submit()'s ring CAS.  The
+	 * builtin's write hint is a read prefetch (PREFETCHT0) on x86-64
+	 * without -mprfchw, and stays one on purpose: a real PREFETCHW here
+	 * was worse at batch 8 x2, as p_head shares its line with the p_tail
+	 * that spinning workers poll (bench/PROFILE.txt phase 16). */
 	__builtin_prefetch(&q->reserved, 1, 3);
 	__builtin_prefetch(&q->ring.p_head, 1, 3);
 	/* For reading: kick()'s load after its fence.  Not the consumer
