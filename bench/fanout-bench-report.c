@@ -356,6 +356,22 @@ static void compute_bars(void)
 		 bench_limit_ring > 0	     ? bench_limit_ring :
 					       NAN,
 		 2.0, "ns", 1);
+	/* What the default per-child clock costs by itself (one tick read
+	 * per child boundary, FANOUT_NO_CHILD_CLOCK off): in the host's fast
+	 * state the raw handoff streams at 4-5 ns an item, and twice that is
+	 * less than one tick read here (bench/PROFILE.txt phase 16). */
+	if (nbars && bars[nbars - 1].holds >= 0 && bench_limit_tick > 0) {
+		struct bar *b = &bars[nbars - 1];
+		size_t len = strlen(b->measured);
+		double ring = bench_limit_ring_rounds > 0 ?
+				      bench_limit_ring_rounds :
+				      bench_limit_ring;
+
+		measured_add(b, &len,
+			     "; the default per-child clock alone (one tick "
+			     "read) %.3g ns = %.2fx the handoff",
+			     bench_limit_tick, bench_limit_tick / ring);
+	}
 	/* 7 */
 	{
 		struct bar *b = bar_new(
