@@ -207,9 +207,9 @@ static void run(struct fanout_engine *e, unsigned n)
  * How many batches a driver with @k in flight joins between its looks at
  * the clock: 16 with several in flight, else 1 (a batch of one is timed
  * whole).  One CLOCK_MONOTONIC read per joined batch held oneTBB's batch 1
- * x16 at 1.9-2.1M children/s here against 2.4-3.4M with a read every 16th
- * (bench/PROFILE.txt phase 16): the driver's own clock is then most of
- * what tells the peers apart.  fanout-bench's driver looks every 16th
+ * x16 at 1.8-2.2M children/s here against 2.5-3.4M with a read every 16th
+ * (bench/PROFILE.txt phase 16): the driver's own clock was then most of
+ * what told the two programs' oneTBB figures apart.  fanout-bench's driver looks every 16th
  * batch too, and both peers here are driven alike (barcheck-tbb.cpp).
  */
 unsigned barcheck_clock_every(unsigned k)
