@@ -208,8 +208,8 @@ static void run(struct fanout_engine *e, unsigned n)
  * the clock: 16 with several in flight, else 1 (a batch of one is timed
  * whole).  One CLOCK_MONOTONIC read per joined batch held oneTBB's batch 1
  * x16 at 1.8-2.2M children/s here against 2.5-3.4M with a read every 16th
- * (bench/PROFILE.txt phase 16): the driver's own clock was then most of
- * what told the two programs' oneTBB figures apart.  fanout-bench's driver looks every 16th
+ * in a standalone driver (bench/PROFILE.txt phase 16), part of what told
+ * the two programs' oneTBB figures apart.  fanout-bench's driver looks every 16th
  * batch too, and both peers here are driven alike (barcheck-tbb.cpp).
  */
 unsigned barcheck_clock_every(unsigned k)
