@@ -12,9 +12,11 @@
 
 #include "bench-harness.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const struct peer_ops *const all_peers[] = {
 	&peer_fanout_dispatch,
@@ -138,6 +140,25 @@ static void tp_body(void *arg)
 	j->result = (double)done * 1e9 / (double)(t1 - t0);
 }
 
+/*
+ * Let the peer that ran before go idle.  libgomp's team threads spin for
+ * milliseconds after a parallel region, and while they held the CPUs the
+ * next peer's own workers got little of them: oneTBB, which follows
+ * OpenMP in every round, then ran its small batches on the waiting thread
+ * alone and read 3.19-3.27M children/s at batch 1 x16 (4.34-4.62M at 8
+ * x2) against 2.52-2.76M (3.1-3.96M) after a pause of 5 ms or more
+ * (bench/PROFILE.txt phase 16).  Every peer's turn starts after one.
+ */
+#define SETTLE_NS 10000000L
+
+static void settle(void)
+{
+	struct timespec ts = {0, SETTLE_NS};
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
 double hx_throughput(struct peer_inst *p, unsigned n, unsigned inflight,
 		     const struct bwork *w, uint64_t dur_ns)
 {
@@ -150,6 +171,7 @@ double hx_throughput(struct peer_inst *p, unsigned n, unsigned inflight,
 		return NAN;
 	struct hx_job j = {
 		.p = p, .n = n, .inflight = inflight, .w = w, .dur_ns = dur_ns};
+	settle();
 	enter(p, tp_body, &j);
 	return j.result;
 }
