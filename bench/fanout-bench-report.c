@@ -349,12 +349,12 @@ static void compute_bars(void)
 	/* 6 */
 	/* The handoff measured in the same rounds as fanout's batch of 512
 	 * when the throughput scenario ran, else the limits' figure. */
+	double ring = bench_limit_ring_rounds > 0 ? bench_limit_ring_rounds :
+		      bench_limit_ring > 0	  ? bench_limit_ring :
+						    NAN;
 	quot_bar("per-child cost at batch 512 (median batch / 512) vs one raw "
 		 "ck_ring SPSC handoff",
-		 "<= 2x", fig("per-child cost", "batch 512", "fanout"),
-		 bench_limit_ring_rounds > 0 ? bench_limit_ring_rounds :
-		 bench_limit_ring > 0	     ? bench_limit_ring :
-					       NAN,
+		 "<= 2x", fig("per-child cost", "batch 512", "fanout"), ring,
 		 2.0, "ns", 1);
 	/* What the default per-child clock costs by itself (one tick read
 	 * per child boundary, FANOUT_NO_CHILD_CLOCK off): in the host's fast
@@ -363,9 +363,6 @@ static void compute_bars(void)
 	if (nbars && bars[nbars - 1].holds >= 0 && bench_limit_tick > 0) {
 		struct bar *b = &bars[nbars - 1];
 		size_t len = strlen(b->measured);
-		double ring = bench_limit_ring_rounds > 0 ?
-				      bench_limit_ring_rounds :
-				      bench_limit_ring;
 
 		measured_add(b, &len,
 			     "; the default per-child clock alone (one tick "

@@ -16,16 +16,16 @@
  *
  * Shutdown.  `active` (two counters, one per side: record.c) counts
  * unfinished records plus dispatch/run calls in progress.  A call adds 2
- * (itself and its record) before it reads
- * `shutting`; fanout_shutdown stores `shutting` and then scans the table.
- * After inserting, a dispatch issues a full fence and re-reads `shutting`
- * and cancels its own record if set (recheck): with the fences on both sides (store;
- * fence; scan / insert; fence; load), either the scan sees the record or
- * the dispatch sees the flag, so no accepted delegation escapes the
- * interrupt (tests/models/shutdown_drain.pml).  The call's own unit is
- * dropped only after its last touch of the queue, so fanout_shutdown, which
- * waits for active == 0 before stopping the queue, never stops it under a
- * submit.
+ * (itself and its record) before it reads `shutting`; fanout_shutdown
+ * stores `shutting` and then scans the table.  After inserting, a
+ * dispatch issues a full fence and re-reads `shutting` and cancels its own
+ * record if set (recheck): with the fences on both sides (store; fence;
+ * scan / insert; fence; load), either the scan sees the record or the
+ * dispatch sees the flag, so no accepted delegation escapes the interrupt
+ * (tests/models/shutdown_drain.pml).  The call's own unit is dropped only
+ * after its last touch of the queue, so fanout_shutdown, which waits until
+ * nothing is in flight (fanout__drained) before stopping the queue, never
+ * stops it under a submit.
  *
  * Admission.  max_async counts background delegations between their
  * admission and their finalise: `async_started` (the dispatchers' line)
