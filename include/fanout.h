@@ -496,7 +496,15 @@ struct fanout_result {
  * @session_key:  the batch's session_key, or NULL.
  * @error:        NULL when COMPLETED; else a one-line reason.
  * @user:         the batch's user pointer.
- * @dispatched_ns, @completed_ns: CLOCK_MONOTONIC times (fanout_now_ns()).
+ * @dispatched_ns, @completed_ns: CLOCK_MONOTONIC times (fanout_now_ns()),
+ *                taken as the call dispatches and after the last
+ *                child ended.  They are extrapolated by the CPU's tick
+ *                counter from a clock reading at most 4 us old on the same
+ *                thread, so each may trail a direct reading by up to a
+ *                clock call (~20-80 ns) and never leads one: a
+ *                fanout_now_ns() before the call is <= dispatched_ns,
+ *                one after the event is taken is >= completed_ns, and
+ *                completed_ns >= dispatched_ns.
  * @cost:         sum of the children's costs.
  * @ncompleted, @nerror, @ninterrupted: children per status.
  * @cancelled:    fanout_cancel(), fanout_cancel_session(), fanout_shutdown()
@@ -1226,7 +1234,9 @@ FANOUT_API const char *fanout_strerror(int err);
 FANOUT_API int fanout_describe_error(struct fanout_engine *e, int err,
 				     char *buf, size_t len);
 
-/** fanout_now_ns() - CLOCK_MONOTONIC in ns, the clock of all timestamps. */
+/** fanout_now_ns() - CLOCK_MONOTONIC in ns, the clock of all timestamps
+ * (a direct reading; the events' times are extrapolated from such readings,
+ * see struct fanout_event). */
 FANOUT_API uint64_t fanout_now_ns(void);
 
 #ifdef __cplusplus

@@ -125,6 +125,7 @@ static void finalise(struct record *rec, bool local, bool *ref)
 	struct fanout_engine *e = rec->e;
 	bool background = rec->background;
 	struct fanout_event *ev = &rec->ev;
+	uint64_t now;
 	/* One RMW both reads the cancel bits and closes the door: a cancel
 	 * whose own fetch_or finds CANCEL_FINAL returns -EALREADY, so the
 	 * event's `cancelled` is true exactly when fanout_cancel returned 0
@@ -165,7 +166,11 @@ static void finalise(struct record *rec, bool local, bool *ref)
 	ev->nresults = rec->ntasks;
 	ev->results = rec->results;
 	ev->dispatched_ns = rec->dispatched_ns;
-	ev->completed_ns = fq_now_ns();
+	/* After every child's end (this runner's join came last); from this
+	 * thread's anchor (clock.h), so never before the dispatch stamped on
+	 * another thread's. */
+	now = fq_stamp();
+	ev->completed_ns = now > rec->dispatched_ns ? now : rec->dispatched_ns;
 	ev->cost = cost;
 	ev->ncompleted = nc;
 	ev->nerror = ne;

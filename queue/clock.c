@@ -11,7 +11,9 @@
  * factor (pthread_once is a full barrier for the variables it sets).
  * Elsewhere, fq_cycles() is CLOCK_MONOTONIC in ns and the factor is 1.
  * The error of the factor is about the clock's resolution over 200 us,
- * i.e. well under 0.1%.
+ * i.e. well under 0.1%.  Timestamps (fq_stamp) extrapolate a per-thread
+ * reading by that factor over at most FQ_STAMP_SPAN_NS; why they do not
+ * lead the clock and how far they trail it: clock.h.
  */
 #include "clock.h"
 
@@ -34,6 +36,55 @@ uint64_t fq_now_ns(void)
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 bool fq__clock_tsc;
 uint64_t fq__clock_mult;
+uint64_t fq__stamp_span;
+FQ_TLS struct fq_anchor fq__anchor;
+
+#ifdef FQ_HAVE_TSC
+static uint64_t anchor_max; /* ticks: the widest reading that anchors */
+
+/* A tick read after every instruction before it has completed (lfence is
+ * dispatch-serialising on Intel, and on AMD with the setting Linux makes
+ * for Spectre v1, as the vDSO's own read relies on), so that a wait for
+ * loads and locked instructions in flight falls before it, not inside the
+ * reading it brackets. */
+static uint64_t ordered_tick(void)
+{
+	_mm_lfence();
+	return __rdtsc();
+}
+
+/* CLOCK_MONOTONIC bracketed by two ordered ticks (so the vDSO's own tick
+ * read falls between them); returns the bracket's width. */
+static uint64_t bracketed(uint64_t *ns, uint64_t *after)
+{
+	uint64_t before = ordered_tick();
+
+	*ns = fq_now_ns();
+	*after = ordered_tick();
+	return *after - before;
+}
+#endif
+
+uint64_t fq__stamp_slow(void)
+{
+#ifdef FQ_HAVE_TSC
+	uint64_t ns, t;
+
+	if (fq__clock_tsc) {
+		/* The tick after the reading: the ns stand for an instant
+		 * at or before it, so stamps extrapolated from here do not
+		 * lead the clock, and trail it by less than the bracket.  A
+		 * reading that took long (preempted between the two) stays
+		 * a reading and anchors nothing. */
+		if (bracketed(&ns, &t) <= anchor_max) {
+			fq__anchor.ns = ns;
+			fq__anchor.tick = t;
+		}
+		return ns;
+	}
+#endif
+	return fq_now_ns();
+}
 
 #ifdef FQ_HAVE_TSC
 static bool invariant_tsc(void)
@@ -44,6 +95,31 @@ static bool invariant_tsc(void)
 		return false;
 	__get_cpuid(0x80000007, &a, &b, &c, &d);
 	return d & (1u << 8);
+}
+
+static uint64_t ns_to_ticks(uint64_t ns)
+{
+	return (uint64_t)(((unsigned __int128)ns << 32) / fq__clock_mult);
+}
+
+/* The stamps' span, and the widest bracket that anchors: twice the
+ * quickest of 16, at least FQ_STAMP_SLACK_NS.  A clock too slow to bracket
+ * within twice that gets no stamps (a span of 0 ticks extrapolates
+ * nothing: every stamp reads the clock). */
+static void calibrate_stamps(void)
+{
+	uint64_t least = UINT64_MAX, w, ns, t,
+		 slack = ns_to_ticks(FQ_STAMP_SLACK_NS);
+	int i;
+
+	for (i = 0; i < 16; i++) {
+		w = bracketed(&ns, &t);
+		if (w < least)
+			least = w;
+	}
+	anchor_max = 2 * least > slack ? 2 * least : slack;
+	fq__stamp_span =
+		anchor_max > 2 * slack ? 0 : ns_to_ticks(FQ_STAMP_SPAN_NS);
 }
 #endif
 
@@ -64,7 +140,10 @@ static void calibrate(void)
 		return;
 	fq__clock_mult =
 		(uint64_t)(((unsigned __int128)(t1 - t0) << 32) / (c1 - c0));
-	fq__clock_tsc = fq__clock_mult != 0;
+	if (!fq__clock_mult)
+		return;
+	calibrate_stamps();
+	fq__clock_tsc = true;
 #endif
 }
 

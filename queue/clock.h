@@ -18,12 +18,27 @@
 #define FQ_HAVE_TSC 1
 #endif
 
+/* Thread-local state of the library.  In libfanout.a: initial-exec, so a
+ * static link reaches it with one %fs-relative load (run_child touches it
+ * twice per child; the linker relaxes it further to local-exec).  In
+ * libfanout.so and the Python extension (built with
+ * -DFQ_TLS_GLOBAL_DYNAMIC): global-dynamic, because a module with
+ * initial-exec TLS asks for glibc's small static TLS surplus when it is
+ * dlopen()ed, and fails to load once that is used up (README, "Loading
+ * with dlopen"). */
+#ifdef FQ_TLS_GLOBAL_DYNAMIC
+#define FQ_TLS _Thread_local __attribute__((tls_model("global-dynamic")))
+#else
+#define FQ_TLS _Thread_local __attribute__((tls_model("initial-exec")))
+#endif
+
 uint64_t fq_now_ns(void);
 void fq_clock_init(void);
 
 /* The calibration (clock.c); set once under pthread_once, read-only after. */
 extern bool fq__clock_tsc;
 extern uint64_t fq__clock_mult; /* ns per tick, 32.32 fixed point */
+extern uint64_t fq__stamp_span; /* ticks in FQ_STAMP_SPAN_NS */
 
 /* Inline: a runner reads the clock once per child boundary and converts
  * once per child, so a call each would be a third of a no-op child's
@@ -42,6 +57,59 @@ static inline uint64_t fq_cycles_to_ns(uint64_t d)
 	if (!fq__clock_tsc)
 		return d;
 	return (uint64_t)(((unsigned __int128)d * fq__clock_mult) >> 32);
+}
+
+/*
+ * Timestamps without a clock call each time.  fq_stamp() returns
+ * CLOCK_MONOTONIC in ns; fq_stamp_tick() the same for the instant of a
+ * tick (fq_cycles) the caller read already, a child's end.  Each thread keeps an anchor: a CLOCK_MONOTONIC reading
+ * and the tick read right after it.  Within FQ_STAMP_SPAN_NS of its anchor
+ * a stamp is the anchor plus the ticks since, converted: one unordered
+ * tick read.  Past that, the stamp is a clock reading, bracketed by an
+ * ordered tick before it and a tick after it, which becomes the anchor if
+ * the bracket is narrow (twice the quickest seen at calibration, at least
+ * FQ_STAMP_SLACK_NS).
+ *
+ * Why: in the library's paths a clock_gettime costs far more than in a
+ * loop.  The vDSO orders its tick read with lfence, which first waits for
+ * every load and locked instruction still in flight; a batch-1 fanout_run
+ * made two, and stamps instead ran it 24-58% faster (bench/PROFILE.txt
+ * phase 17).
+ *
+ * The error.  The anchor's ns stand for an instant at or before its tick,
+ * so a stamp never leads CLOCK_MONOTONIC on that account and trails it by
+ * less than the bracket (~40-80 ns here).  The conversion factor's error
+ * (calibration over 200 us, and NTP's slew of the clock, each under 1e-3)
+ * adds under 4 ns over FQ_STAMP_SPAN_NS.  So a thread's stamps may step
+ * back at a new anchor by the difference of two anchors' lags, a few ns
+ * and at most the bracket: less than the library's calls that stamp take,
+ * so two dispatches of one thread keep their order.  Without an invariant
+ * TSC, or with a clock too slow to bracket within 2 x FQ_STAMP_SLACK_NS,
+ * every stamp is a clock reading.
+ */
+#define FQ_STAMP_SPAN_NS 4000u
+#define FQ_STAMP_SLACK_NS 50u
+
+struct fq_anchor {
+	uint64_t ns, tick;
+};
+extern FQ_TLS struct fq_anchor fq__anchor;
+uint64_t fq__stamp_slow(void);
+
+static inline uint64_t fq_stamp_tick(uint64_t tick)
+{
+	uint64_t d = tick - fq__anchor.tick;
+
+	/* Also false before the first anchor (tick 0), and for a tick
+	 * before the anchor (d wraps): then a clock reading, now. */
+	if (fq__clock_tsc && d <= fq__stamp_span)
+		return fq__anchor.ns + fq_cycles_to_ns(d);
+	return fq__stamp_slow();
+}
+
+static inline uint64_t fq_stamp(void)
+{
+	return fq_stamp_tick(fq_cycles());
 }
 
 #endif

@@ -39,20 +39,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock.h"
+
 #define FQ_CACHELINE 64
-/* Thread-local state of the library.  In libfanout.a: initial-exec, so a
- * static link reaches it with one %fs-relative load (run_child touches it
- * twice per child; the linker relaxes it further to local-exec).  In
- * libfanout.so and the Python extension (built with
- * -DFQ_TLS_GLOBAL_DYNAMIC): global-dynamic, because a module with
- * initial-exec TLS asks for glibc's small static TLS surplus when it is
- * dlopen()ed, and fails to load once that is used up (README, "Loading
- * with dlopen"). */
-#ifdef FQ_TLS_GLOBAL_DYNAMIC
-#define FQ_TLS _Thread_local __attribute__((tls_model("global-dynamic")))
-#else
-#define FQ_TLS _Thread_local __attribute__((tls_model("initial-exec")))
-#endif
 
 struct fq;
 struct fq_work;

@@ -276,6 +276,42 @@ static void dispatch_times(void **state)
 	fanout_destroy(e);
 }
 
+/* The events' times are stamped from a per-thread anchor, not read from
+ * the clock each time (queue/clock.h).  Back to back, most stamps come
+ * from an anchor; each must still fall between the caller's own clock
+ * readings around the call, and one thread's dispatches keep their order.
+ * A stamp that led the clock, or trailed it by more than a call takes,
+ * fails here. */
+static void times_between_clock_readings(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct tbatch *tb = tb_new(1);
+	struct fanout_event *ev;
+	uint64_t t0, t1, prev = 0;
+
+	for (int i = 0; i < 4000; i++) {
+		bool run = i % 2 == 0;
+
+		ev = NULL;
+		t0 = fanout_now_ns();
+		if (run)
+			assert_int_equal(fanout_run(e, &tb->b, &ev), 0);
+		else
+			must_dispatch(e, tb);
+		if (!run)
+			ev = must_wait(fanout_default_sink(e));
+		t1 = fanout_now_ns();
+		assert_true(ev->dispatched_ns >= t0);
+		assert_true(ev->dispatched_ns > prev);
+		assert_true(ev->completed_ns >= ev->dispatched_ns);
+		assert_true(ev->completed_ns <= t1);
+		prev = ev->dispatched_ns;
+		fanout_event_free(ev);
+	}
+	tb_free(tb);
+	fanout_destroy(e);
+}
+
 /*
  * Invariant 5: no worker sleeps while runnable work waits.  Two fresh
  * workers reaching the end of their spin (default spin_ns 50 us): one takes
@@ -537,6 +573,7 @@ int main(void)
 		TC(dispatch_summaries_errors_cost),
 		TC(dispatch_status_rules),
 		TC(dispatch_times),
+		TC(times_between_clock_readings),
 		TC(dispatch_idle_worker_not_left_asleep),
 		TC(dispatch_ids_unique),
 		TC(dispatch_id_written_before_children_run),
