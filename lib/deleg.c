@@ -353,7 +353,7 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	 * handoff in fq_submit is the release that publishes this store). */
 	if (idp)
 		*idp = id;
-	fanout__stat_add(&e->st_dispatched, 1);
+	fanout__tstat_add(e, TSTAT_DISPATCHED, 1);
 	rec_link(rec, b, &o);
 	fanout__table_insert(e, rec); /* no read lock: see table.c */
 	if (rec->deadline)
@@ -446,7 +446,7 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	 * help_offer may hand out (it drops those it does not). */
 	atomic_init(&rec->refs, 2 + extra);
 	rec->chunk = fanout__chunk_for(b->ntasks, want);
-	fanout__stat_add(&e->st_runs, 1);
+	fanout__tstat_add(e, TSTAT_RUNS, 1);
 	rec_link(rec, b, &o);
 	fanout__table_insert(e, rec); /* no read lock: see table.c */
 	if (rec->deadline)

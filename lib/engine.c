@@ -25,6 +25,22 @@
  * call_rcu callback (rcu_barrier) and only then frees the queue and itself.
  * An engine inherited across fork() is never shut down (its workers are
  * not in this process): destroy frees the child's copy instead (fork.c).
+ *
+ * Per-thread counters.  The counts a calling thread makes on every call
+ * (background delegations accepted, runs, children it ran itself) go to a
+ * block of its own, so that the call makes no locked instruction for them
+ * (each one cost a batch-1 fanout_run ~5% here; bench/PROFILE.txt phase
+ * 17).  A thread finds its block through a one-entry TLS cache keyed by the
+ * engine's serial (never reused, so a destroyed engine's block is never
+ * found), else in the engine's list by pthread_self() (an exited thread's
+ * block may pass to a new thread with the same id: still one writer at a
+ * time), else allocates one and pushes it (release CAS; the walk's acquire
+ * load pairs with it).  Blocks live until fanout_destroy().  A thread that
+ * cannot allocate one counts in st_shared with an atomic add.
+ * fanout_stats() sums the shared counts and every block, after its acquire
+ * load of finish_seq: a completion it counts follows, through the
+ * finaliser's release RMW, the count of its start by whichever thread made
+ * it, whose relaxed store is then visible (write-read coherence).
  */
 #include "internal.h"
 
@@ -299,6 +315,69 @@ int fanout_shutdown(struct fanout_engine *e)
 	return 0;
 }
 
+FQ_TLS struct fanout_tls_stats fanout__tls_stats;
+
+struct fanout_tstats *fanout__tstats_slow(struct fanout_engine *e)
+{
+	pthread_t me = pthread_self();
+	struct fanout_tstats *ts, *head;
+	int k;
+
+	/* acquire: pairs with the release CAS below (the block's fields). */
+	head = atomic_load_explicit(&e->tstats, memory_order_acquire);
+	for (ts = head; ts; ts = ts->next)
+		if (pthread_equal(ts->owner, me))
+			goto found;
+	/* Unchecked: not an allocation the fault tests count; on failure
+	 * the thread counts in st_shared. */
+	ts = fanout__alloc_unchecked(sizeof(*ts));
+	if (!ts)
+		return NULL;
+	for (k = 0; k < TSTAT_N; k++)
+		atomic_init(&ts->n[k], 0);
+	ts->owner = me;
+	ts->next = head;
+	/* release: publishes the block's fields to the walks above and to
+	 * fanout_stats(); relaxed on failure: the walk restarts from the
+	 * value read, which is all it needs (a block of ours is not in it). */
+	while (!atomic_compare_exchange_weak_explicit(&e->tstats, &ts->next, ts,
+						      memory_order_release,
+						      memory_order_relaxed))
+		;
+found:
+	fanout__tls_stats.serial = e->serial;
+	fanout__tls_stats.ts = ts;
+	return ts;
+}
+
+/* Counter @k summed over the shared count and every thread's block;
+ * relaxed loads, see fanout_stats. */
+static uint64_t tstat_sum(struct fanout_engine *e, enum tstat k)
+{
+	uint64_t sum =
+		atomic_load_explicit(&e->st_shared[k], memory_order_relaxed);
+	struct fanout_tstats *ts;
+
+	/* acquire: see fanout__tstats_slow. */
+	for (ts = atomic_load_explicit(&e->tstats, memory_order_acquire); ts;
+	     ts = ts->next)
+		sum += atomic_load_explicit(&ts->n[k], memory_order_relaxed);
+	return sum;
+}
+
+static void tstats_free(struct fanout_engine *e)
+{
+	/* relaxed: destroy runs after every call into the engine returned. */
+	struct fanout_tstats *ts = atomic_load_explicit(&e->tstats,
+							memory_order_relaxed),
+			     *next;
+
+	for (; ts; ts = next) {
+		next = ts->next;
+		fanout__free(ts, sizeof(*ts));
+	}
+}
+
 void fanout_destroy(struct fanout_engine *e)
 {
 	bool inherited;
@@ -338,6 +417,7 @@ void fanout_destroy(struct fanout_engine *e)
 	fanout__blocks_drain(&e->blocks); /* every record is freed by now */
 	fanout__free(e->st_worker_children,
 		     sizeof(*e->st_worker_children) * e->cfg.workers);
+	tstats_free(e);
 	fanout__free(e, sizeof(*e));
 }
 
@@ -380,17 +460,15 @@ int fanout_stats(struct fanout_engine *e, struct fanout_stats *st)
 	 * rest is relaxed: counters, exact once the engine is quiet. */
 	st->completed =
 		atomic_load_explicit(&e->finish_seq, memory_order_acquire);
-	st->dispatched =
-		atomic_load_explicit(&e->st_dispatched, memory_order_relaxed);
-	st->runs = atomic_load_explicit(&e->st_runs, memory_order_relaxed);
+	st->dispatched = tstat_sum(e, TSTAT_DISPATCHED);
+	st->runs = tstat_sum(e, TSTAT_RUNS);
 	st->rejected =
 		atomic_load_explicit(&e->st_rejected, memory_order_relaxed);
 	st->cancelled =
 		atomic_load_explicit(&e->st_cancelled, memory_order_relaxed);
 	st->children_skipped =
 		atomic_load_explicit(&e->st_skipped, memory_order_relaxed);
-	st->children_run = atomic_load_explicit(&e->st_helper_children,
-						memory_order_relaxed);
+	st->children_run = tstat_sum(e, TSTAT_CHILDREN);
 	st->async_running = fanout__async_running(e);
 	st->nworkers = e->cfg.workers;
 	for (i = 0; i < e->cfg.workers; i++) {

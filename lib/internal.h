@@ -29,6 +29,7 @@
 #include <urcu/rculfhash.h>
 #include <urcu/wfcqueue.h>
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -247,6 +248,22 @@ struct record {
 	struct fanout_result results[]; /* C; then tasks[], then strings */
 };
 
+/* What a calling thread counts for fanout_stats() (engine.c, "Per-thread
+ * counters"). */
+enum tstat {
+	TSTAT_DISPATCHED, /* background delegations accepted */
+	TSTAT_RUNS,	  /* fanout_run calls accepted */
+	TSTAT_CHILDREN,	  /* children run by non-worker threads */
+	TSTAT_N
+};
+
+/* One thread's counters for one engine: written by that thread alone. */
+struct fanout_tstats {
+	_Atomic uint64_t n[TSTAT_N]; /* W */
+	pthread_t owner;	     /* I */
+	struct fanout_tstats *next;  /* I: the engine's list */
+};
+
 struct fanout_sink {
 	/* Producers: enqueue + signal. */
 	struct cds_wfcq_tail tail __attribute__((aligned(CACHELINE))); /* A */
@@ -286,10 +303,12 @@ struct fanout_engine {
 	unsigned max_tokens; /* I: min(workers, max_children) */
 	uint32_t fork_gen;   /* I: fanout__fork_gen at creation (fork.c) */
 
-	/* Touched only by dispatching threads. */
-	_Atomic uint64_t st_dispatched
-		__attribute__((aligned(CACHELINE))); /* A */
-	_Atomic uint64_t st_runs;		     /* A */
+	/* The counters a calling thread keeps for itself (engine.c,
+	 * "Per-thread counters"): the threads' blocks, and the shared
+	 * counts for a thread that could not get one. */
+	_Atomic(struct fanout_tstats *) tstats /* A: push only */
+		__attribute__((aligned(CACHELINE)));
+	_Atomic uint64_t st_shared[TSTAT_N]; /* A */
 
 	/* Admission and shutdown's count, split so that no line is RMWed by
 	 * both sides of a hand-off (deleg.c, "Admission"; record.c, before
@@ -317,7 +336,6 @@ struct fanout_engine {
 		__attribute__((aligned(CACHELINE))); /* A */
 	_Atomic uint64_t st_cancelled;		     /* A */
 	_Atomic uint64_t st_skipped;		     /* A */
-	_Atomic uint64_t st_helper_children; /* A: run by non-worker threads */
 
 	/* The deadline timer (timer.c); started on the first deadline. */
 	struct fanout_timer *timer;   /* H: published by timer_state */
@@ -486,6 +504,36 @@ static inline uint64_t fanout__double_to_bits(double d)
 static inline void fanout__stat_add(_Atomic uint64_t *counter, uint64_t n)
 {
 	atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
+}
+
+/* The calling thread's block for @e: the last one it used, else found or
+ * made (engine.c); NULL if none could be allocated. */
+struct fanout_tls_stats {
+	uint64_t serial; /* the engine's; 0: none yet */
+	struct fanout_tstats *ts;
+};
+extern FQ_TLS struct fanout_tls_stats fanout__tls_stats;
+struct fanout_tstats *fanout__tstats_slow(struct fanout_engine *e);
+
+/* Count @n for @e in the calling thread's own block: a plain add, no
+ * locked instruction (engine.c, "Per-thread counters"). */
+static inline void fanout__tstat_add(struct fanout_engine *e, enum tstat k,
+				     uint64_t n)
+{
+	struct fanout_tstats *ts = fanout__tls_stats.serial == e->serial ?
+					   fanout__tls_stats.ts :
+					   fanout__tstats_slow(e);
+
+	if (!ts) {
+		fanout__stat_add(&e->st_shared[k], n);
+		return;
+	}
+	/* relaxed: W, only this thread writes it; fanout_stats() reads it
+	 * after the acquire that orders the completions it counts. */
+	atomic_store_explicit(
+		&ts->n[k],
+		atomic_load_explicit(&ts->n[k], memory_order_relaxed) + n,
+		memory_order_relaxed);
 }
 
 /* The duration of a child of @rec that started at @t0 (fq_cycles()) and

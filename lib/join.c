@@ -205,7 +205,7 @@ static void finalise(struct record *rec, bool local, bool *ref)
 	FANOUT_PROBE_BATCH_DONE(rec->id, ev->status, nc, ne, ni);
 	/* finish_seq is also fanout_stats()' count of completed delegations
 	 * (one RMW for both).  release: pairs with the acquire load there,
-	 * which then sees this delegation's st_dispatched/st_runs increment
+	 * which then sees this delegation's dispatched/runs count
 	 * (made before the ring handoff, or earlier on this thread) -
 	 * snapshots never show completed > started.  Pruning needs only the
 	 * RMW's total order (it reads finish_seq through the event's
@@ -611,7 +611,7 @@ static bool runner_done(struct record *rec, struct progress_slot *prog,
 				t->ran,
 			memory_order_relaxed);
 	} else if (t->ran) {
-		fanout__stat_add(&e->st_helper_children, t->ran);
+		fanout__tstat_add(e, TSTAT_CHILDREN, t->ran);
 	}
 	if (!t->done)
 		return false;

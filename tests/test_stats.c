@@ -102,6 +102,74 @@ static void stats_worker_sum_many(void **state)
 	fanout_destroy(e);
 }
 
+/* Each calling thread counts in a block of its own (engine.c, "Per-thread
+ * counters"); the sums must still be exact, across threads, across two
+ * engines one thread alternates between (its one-entry cache misses every
+ * call and finds its block in the engine's list), and for an engine
+ * created after another was destroyed (the cache is keyed by serial). */
+struct counts_arg {
+	struct fanout_engine *e[2];
+	unsigned rounds;
+};
+
+static void *counting_thread(void *p)
+{
+	struct counts_arg *a = p;
+	struct tbatch *tb = tb_new(3);
+	struct fanout_sink *s[2];
+	struct fanout_event *ev;
+
+	/* A sink has one consumer at a time: one per thread and engine. */
+	for (int k = 0; k < 2; k++)
+		CHECK(fanout_sink_create(a->e[k], &s[k]) == 0);
+	for (unsigned i = 0; i < a->rounds; i++)
+		for (int k = 0; k < 2; k++) {
+			ev = NULL;
+			CHECK(fanout_run(a->e[k], &tb->b, &ev) == 0);
+			fanout_event_free(ev);
+			tb->b.sink = s[k];
+			CHECK(fanout_dispatch(a->e[k], &tb->b, NULL) == 0);
+			CHECK(fanout_wait(s[k], &ev, -1) == 0);
+			fanout_event_free(ev);
+		}
+	for (int k = 0; k < 2; k++)
+		CHECK(fanout_sink_destroy(s[k]) == 0);
+	tb_free(tb);
+	return NULL;
+}
+
+static void stats_counted_per_thread(void **state)
+{
+	enum { THREADS = 4, ROUNDS = 300 };
+	struct counts_arg a = {.rounds = ROUNDS};
+	pthread_t th[THREADS];
+
+	for (int round = 0; round < 2; round++) {
+		for (int k = 0; k < 2; k++)
+			a.e[k] = NEW_ENGINE(.workers = 2,
+					    .flags = FANOUT_NO_PIN);
+		for (int i = 0; i < THREADS; i++)
+			assert_int_equal(pthread_create(&th[i], NULL,
+							counting_thread, &a),
+					 0);
+		counting_thread(&a); /* and this thread too */
+		for (int i = 0; i < THREADS; i++)
+			pthread_join(th[i], NULL);
+		for (int k = 0; k < 2; k++) {
+			struct fanout_stats st = stats_of(a.e[k]);
+
+			assert_int_equal(st.runs, (THREADS + 1) * ROUNDS);
+			assert_int_equal(st.dispatched, (THREADS + 1) * ROUNDS);
+			assert_int_equal(st.completed,
+					 2 * (THREADS + 1) * ROUNDS);
+			assert_int_equal(st.children_run,
+					 6 * (THREADS + 1) * ROUNDS);
+			assert_int_equal(st.running, 0);
+			fanout_destroy(a.e[k]);
+		}
+	}
+}
+
 /* A child at depth 2 that tries to go one deeper (max_depth 2). */
 static int too_deep_fn(struct fanout_child *c, void *arg)
 {
@@ -423,15 +491,11 @@ static void stats_worker_stats_beyond_64(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		TC(stats_fresh_engine),
-		TC(stats_dispatch_and_run_counts),
-		TC(stats_worker_sum_many),
-		TC(stats_rejected),
-		TC(stats_cancel_counts),
-		TC(stats_running_gauges),
-		TC(stats_parks_and_wakeups),
-		TC(stats_thread_names),
-		TC(stats_worker_stats_beyond_64),
+		TC(stats_fresh_engine),	   TC(stats_dispatch_and_run_counts),
+		TC(stats_worker_sum_many), TC(stats_counted_per_thread),
+		TC(stats_rejected),	   TC(stats_cancel_counts),
+		TC(stats_running_gauges),  TC(stats_parks_and_wakeups),
+		TC(stats_thread_names),	   TC(stats_worker_stats_beyond_64),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
