@@ -142,7 +142,13 @@ static void free_batch(struct record *first)
  * that freed a background one's event), with no call_rcu, no allocator
  * call and no page fault.  The tag is read after the record became
  * unreachable: the unlink happens before the last put (the count's
- * release/acquire), which is before F_w.  A limbo holds at most LIMBO_MAX
+ * release/acquire), which is before F_w.  Blocks are tagged
+ * LIMBO_TAG_EVERY at a time, all with the epoch read after one F_w that
+ * follows every unlink among them (F_w is a locked instruction, ~4% of a
+ * batch-1 fanout_run each; bench/PROFILE.txt phase 17); a later fence
+ * gives a tag no older, so the rule only waits longer.  A block still
+ * untagged when it reaches the head is tagged then, with the rest.  A
+ * limbo holds at most LIMBO_MAX
  * blocks; past that the oldest LIMBO_BATCH go to call_rcu as one batch,
  * and so does all of it when its thread exits (epoch.c's exit hook, which
  * a thread gets before its first limbo block) or calls fanout_destroy()
@@ -165,9 +171,12 @@ static void free_batch(struct record *first)
  * lines in all.  Workers inside sections (finalisers) refuse some tries. */
 #define LIMBO_ADVANCE 16u
 #define LIMBO_RETRY 8u
+#define LIMBO_TAG_EVERY 8u
 
 struct limbo {
 	struct record *head, *tail; /* oldest first, through free_next */
+	struct record *untagged;    /* the oldest block not tagged yet */
+	unsigned nuntagged;
 	unsigned n;
 	size_t bytes;	 /* the blocks' alloc_size summed */
 	unsigned reused; /* reuses not yet added to limbo_reused_total */
@@ -220,6 +229,21 @@ static bool limbo_fits(const struct record *rec)
 	       fanout__epoch_hooked();
 }
 
+/* Tag every untagged block with the epoch read after one F_w. */
+static void limbo_tag(struct limbo *l)
+{
+	uint64_t t;
+	struct record *r;
+
+	if (!l->untagged)
+		return;
+	t = fanout__epoch_tag();
+	for (r = l->untagged; r; r = r->free_next)
+		r->limbo_tag = t;
+	l->untagged = NULL;
+	l->nuntagged = 0;
+}
+
 /* Hand the @k oldest limbo blocks to call_rcu as one batch. */
 static void limbo_spill(struct limbo *l, unsigned k)
 {
@@ -227,6 +251,7 @@ static void limbo_spill(struct limbo *l, unsigned k)
 
 	if (!first)
 		return;
+	limbo_tag(l); /* rare: the untagged mark need not follow the cut */
 	for (;;) {
 		l->n--;
 		l->bytes -= last->alloc_size;
@@ -246,13 +271,16 @@ static void limbo_put(struct record *rec)
 {
 	struct limbo *l = &tls_limbo;
 
-	rec->limbo_tag = fanout__epoch_tag();
 	rec->free_next = NULL;
 	if (l->tail)
 		l->tail->free_next = rec;
 	else
 		l->head = rec;
 	l->tail = rec;
+	if (!l->untagged)
+		l->untagged = rec;
+	if (++l->nuntagged == LIMBO_TAG_EVERY)
+		limbo_tag(l);
 	l->bytes += rec->alloc_size;
 	if (++l->n > LIMBO_MAX)
 		limbo_spill(l, LIMBO_BATCH);
@@ -273,6 +301,8 @@ static struct record *limbo_take(size_t size, bool *fault)
 
 	*fault = false;
 	l->allocates = true; /* one TLS base with the limbo's own fields */
+	if (rec && rec == l->untagged)
+		limbo_tag(l);
 	if (!rec || rec->alloc_size < size || rec->alloc_size > most ||
 	    !fanout__epoch_safe(rec->limbo_tag,
 				l->n >= LIMBO_ADVANCE &&
