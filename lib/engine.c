@@ -335,6 +335,7 @@ struct fanout_tstats *fanout__tstats_slow(struct fanout_engine *e)
 		return NULL;
 	for (k = 0; k < TSTAT_N; k++)
 		atomic_init(&ts->n[k], 0);
+	ts->nslots = 0;
 	ts->owner = me;
 	ts->next = head;
 	/* release: publishes the block's fields to the walks above and to

@@ -13,7 +13,8 @@
  * only by its worker thread, read by anyone (relaxed).  H: handed over:
  * written before a release and read only after the matching acquire.
  * L: linkage changed only by liburcu's own operations (hash-set and queue
- * nodes, rcu_head).
+ * nodes, rcu_head).  O: read and written by one thread only (a per-thread
+ * block's owner).
  */
 #ifndef FANOUT_LIB_INTERNAL_H
 #define FANOUT_LIB_INTERNAL_H
@@ -257,11 +258,17 @@ enum tstat {
 	TSTAT_N
 };
 
-/* One thread's counters for one engine: written by that thread alone. */
+/* Free table slots a thread keeps for itself (table.c, "Slot cache"). */
+#define TSTAT_SLOTS 8u
+
+/* One thread's counters for one engine, and its cache of the engine's free
+ * table slots: written by that thread alone. */
 struct fanout_tstats {
 	_Atomic uint64_t n[TSTAT_N]; /* W */
 	pthread_t owner;	     /* I */
 	struct fanout_tstats *next;  /* I: the engine's list */
+	unsigned nslots;	     /* O: slots[0..nslots) are free */
+	uint32_t slots[TSTAT_SLOTS]; /* O */
 };
 
 struct fanout_sink {
@@ -515,14 +522,18 @@ struct fanout_tls_stats {
 extern FQ_TLS struct fanout_tls_stats fanout__tls_stats;
 struct fanout_tstats *fanout__tstats_slow(struct fanout_engine *e);
 
+static inline struct fanout_tstats *fanout__tstats(struct fanout_engine *e)
+{
+	return fanout__tls_stats.serial == e->serial ? fanout__tls_stats.ts :
+						       fanout__tstats_slow(e);
+}
+
 /* Count @n for @e in the calling thread's own block: a plain add, no
  * locked instruction (engine.c, "Per-thread counters"). */
 static inline void fanout__tstat_add(struct fanout_engine *e, enum tstat k,
 				     uint64_t n)
 {
-	struct fanout_tstats *ts = fanout__tls_stats.serial == e->serial ?
-					   fanout__tls_stats.ts :
-					   fanout__tstats_slow(e);
+	struct fanout_tstats *ts = fanout__tstats(e);
 
 	if (!ts) {
 		fanout__stat_add(&e->st_shared[k], n);
