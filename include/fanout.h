@@ -500,11 +500,13 @@ struct fanout_result {
  *                taken as the call dispatches and after the last
  *                child ended.  They are extrapolated by the CPU's tick
  *                counter from a clock reading at most 4 us old on the same
- *                thread, so each may trail a direct reading by up to a
- *                clock call (~20-80 ns) and never leads one: a
- *                fanout_now_ns() before the call is <= dispatched_ns,
- *                one after the event is taken is >= completed_ns, and
- *                completed_ns >= dispatched_ns.
+ *                thread, so each may trail a direct reading by up to
+ *                about a clock call (tens of ns) and never leads one:
+ *                completed_ns >= dispatched_ns; a fanout_now_ns() made
+ *                before the call on the calling thread is <=
+ *                dispatched_ns (a clock_gettime() may be up to that lag
+ *                above it); a clock reading after the event is taken is
+ *                >= completed_ns.
  * @cost:         sum of the children's costs.
  * @ncompleted, @nerror, @ninterrupted: children per status.
  * @cancelled:    fanout_cancel(), fanout_cancel_session(), fanout_shutdown()
@@ -1235,8 +1237,8 @@ FANOUT_API int fanout_describe_error(struct fanout_engine *e, int err,
 				     char *buf, size_t len);
 
 /** fanout_now_ns() - CLOCK_MONOTONIC in ns, the clock of all timestamps
- * (a direct reading; the events' times are extrapolated from such readings,
- * see struct fanout_event). */
+ * (a direct reading; the events' times are extrapolated from such readings
+ * and never fall below one this thread made, see struct fanout_event). */
 FANOUT_API uint64_t fanout_now_ns(void);
 
 #ifdef __cplusplus

@@ -152,5 +152,5 @@ const char *fanout_status_name(enum fanout_status st)
 
 uint64_t fanout_now_ns(void)
 {
-	return fq_now_ns();
+	return fq_now_ns_floor();
 }

@@ -80,7 +80,13 @@ static inline uint64_t fq_cycles_to_ns(uint64_t d)
  * so a stamp never leads CLOCK_MONOTONIC on that account and trails it by
  * less than the bracket (~40-80 ns here).  The conversion factor's error
  * (calibration over 200 us, and NTP's slew of the clock, each under 1e-3)
- * adds under 4 ns over FQ_STAMP_SPAN_NS.  So a thread's stamps may step
+ * adds under 4 ns over FQ_STAMP_SPAN_NS.  A stamp is never below the
+ * calling thread's last fanout_now_ns() (fq_now_ns_floor), so a thread
+ * that reads the clock through the library and then calls it finds its
+ * reading <= dispatched_ns however the anchor lags (test_dispatch's
+ * times_between_clock_readings failed 1 run in ~8 without the floor: the
+ * lag, up to the bracket, exceeded the path from the reading to the
+ * stamp).  So a thread's stamps may step
  * back at a new anchor by the difference of two anchors' lags, a few ns
  * and at most the bracket: less than the library's calls that stamp take,
  * so two dispatches of one thread keep their order.  Without an invariant
@@ -92,6 +98,7 @@ static inline uint64_t fq_cycles_to_ns(uint64_t d)
 
 struct fq_anchor {
 	uint64_t ns, tick;
+	uint64_t floor; /* the last fq_now_ns_floor() of this thread */
 };
 extern FQ_TLS struct fq_anchor fq__anchor;
 uint64_t fq__stamp_slow(void);
@@ -100,11 +107,25 @@ static inline uint64_t fq_stamp_tick(uint64_t tick)
 {
 	uint64_t d = tick - fq__anchor.tick;
 
+	uint64_t v;
+
 	/* Also false before the first anchor (tick 0), and for a tick
 	 * before the anchor (d wraps): then a clock reading, now. */
-	if (fq__clock_tsc && d <= fq__stamp_span)
-		return fq__anchor.ns + fq_cycles_to_ns(d);
-	return fq__stamp_slow();
+	if (!fq__clock_tsc || d > fq__stamp_span)
+		return fq__stamp_slow();
+	v = fq__anchor.ns + fq_cycles_to_ns(d);
+	return v > fq__anchor.floor ? v : fq__anchor.floor;
+}
+
+/* A direct CLOCK_MONOTONIC reading that this thread's later stamps do not
+ * fall below (fanout_now_ns): a stamp may trail the clock by its anchor's
+ * lag, but not behind what the same thread was shown. */
+static inline uint64_t fq_now_ns_floor(void)
+{
+	uint64_t ns = fq_now_ns();
+
+	fq__anchor.floor = ns;
+	return ns;
 }
 
 static inline uint64_t fq_stamp(void)
