@@ -29,7 +29,7 @@
  * Per-thread counters.  The counts a calling thread makes on every call
  * (background delegations accepted, runs, children it ran itself) go to a
  * block of its own, so that the call makes no locked instruction for them
- * (each one cost a batch-1 fanout_run ~5% here; bench/PROFILE.txt phase
+ * (each one cost a batch-1 fanout_run ~4% here; bench/PROFILE.txt phase
  * 17).  A thread finds its block through a one-entry TLS cache keyed by the
  * engine's serial (never reused, so a destroyed engine's block is never
  * found), else in the engine's list by pthread_self() (an exited thread's

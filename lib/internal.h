@@ -10,7 +10,8 @@
  * after an acquire load of `state` or after receiving the event.
  * C: written only by the thread that claimed that child (or the canceller
  * that claimed it; for a deferred child, whoever finished it).  W: written
- * only by its worker thread, read by anyone (relaxed).  H: handed over:
+ * only by its worker thread (or a per-thread block's owner), read by
+ * anyone (relaxed).  H: handed over:
  * written before a release and read only after the matching acquire.
  * L: linkage changed only by liburcu's own operations (hash-set and queue
  * nodes, rcu_head).  O: read and written by one thread only (a per-thread
@@ -262,7 +263,8 @@ enum tstat {
 #define TSTAT_SLOTS 8u
 
 /* One thread's counters for one engine, and its cache of the engine's free
- * table slots: written by that thread alone. */
+ * table slots: written by that thread alone, the counters read by
+ * fanout_stats(). */
 struct fanout_tstats {
 	_Atomic uint64_t n[TSTAT_N]; /* W */
 	pthread_t owner;	     /* I */

@@ -132,33 +132,32 @@ static void free_batch(struct record *first)
 
 /*
  * Limbo.  A record (a block under LIMBO_BLOCK_MAX, no deferred children)
- * whose last reference a thread drops stays in that thread's limbo, a
- * FIFO tagged by fanout__epoch_tag(), instead of going to call_rcu; a
+ * whose last reference a thread drops stays in that thread's limbo, a FIFO
+ * tagged by fanout__epoch_tag(), instead of going to call_rcu; a
  * background record only if that thread allocates records itself (see
  * limbo_fits).  The thread's next fanout__rec_alloc() takes the oldest
  * limbo block if it fits and the epoch says that no read-side section can
  * still hold it (epoch.c): the block comes back to the thread that last
- * used it (the one that ran a synchronous batch, usually the consumer
- * that freed a background one's event), with no call_rcu, no allocator
- * call and no page fault.  The tag is read after the record became
- * unreachable: the unlink happens before the last put (the count's
- * release/acquire), which is before F_w.  Blocks are tagged
- * LIMBO_TAG_EVERY at a time, all with the epoch read after one F_w that
- * follows every unlink among them (F_w is a locked instruction, ~4% of a
- * batch-1 fanout_run each; bench/PROFILE.txt phase 17); a later fence
- * gives a tag no older, so the rule only waits longer.  A block still
- * untagged when it reaches the head is tagged then, with the rest.  A
- * limbo holds at most LIMBO_MAX
- * blocks; past that the oldest LIMBO_BATCH go to call_rcu as one batch,
- * and so does all of it when its thread exits (epoch.c's exit hook, which
- * a thread gets before its first limbo block) or calls fanout_destroy()
- * or fanout_test_quiesce().  Such a batch is freed as any other: every
+ * used it (the one that ran a synchronous batch, usually the consumer that
+ * freed a background one's event), with no call_rcu, no allocator call and
+ * no page fault.  The tag is read after the record became unreachable: the
+ * unlink happens before the last put (the count's release/acquire), which
+ * is before F_w.  Blocks are tagged LIMBO_TAG_EVERY at a time, all with the
+ * epoch read after one F_w that follows every unlink among them (F_w is a
+ * locked instruction, ~4% of a batch-1 fanout_run each; bench/PROFILE.txt
+ * phase 17); a later fence gives a tag no older, so the rule only waits
+ * longer.  A block still untagged when it reaches the head is tagged then,
+ * with the rest.  A limbo holds at most LIMBO_MAX blocks; past that the
+ * oldest LIMBO_BATCH go to call_rcu as one batch, and so does all of it
+ * when its thread exits (epoch.c's exit hook, which a thread gets before
+ * its first limbo block) or calls fanout_destroy() or
+ * fanout_test_quiesce().  Such a batch is freed as any other: every
  * read-side section is also an RCU one.  A limbo block is plain allocator
  * memory and serves a dispatch to any engine; freeing it later touches
  * none: a block that leaves a limbo goes to the allocator, not to an
- * engine's block cache (`spilled`), whatever its size.  A limbo also
- * holds at most LIMBO_BYTES: past that its oldest blocks go to call_rcu
- * one by one.
+ * engine's block cache (`spilled`), whatever its size.  A limbo also holds
+ * at most LIMBO_BYTES: past that its oldest blocks go to call_rcu one by
+ * one.
  */
 #define LIMBO_MAX 64u
 #define LIMBO_BYTES ((size_t)8 << 20)
