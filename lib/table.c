@@ -449,12 +449,22 @@ static void evict(struct fanout_engine *e, uint32_t slot)
 	struct slot_chunk *c = chunk_of(e->table, slot);
 	unsigned i = slot & (CHUNK - 1);
 	struct fanout_tstats *ts;
-	/* acq_rel: one RMW order with fanout__table_compact()'s CAS decides
-	 * who drops the table's reference ("Tombs"); readers are protected
-	 * by RCU, not by this ordering. */
-	struct record *p = atomic_exchange_explicit(&c->rec[i], NULL,
-						    memory_order_acq_rel);
+	/* relaxed: a look.  A slot that holds its tomb is written by nobody
+	 * but its one evicter (the kept ring's CAS chose us) until it is
+	 * handed out again, after this: the tomb can go with a plain store
+	 * (release: as the exchange's, for the slot's next owner).  Only a
+	 * slot that still holds the record races fanout__table_compact(). */
+	struct record *p =
+		atomic_load_explicit(&c->rec[i], memory_order_relaxed);
 
+	if (IS_TOMB(p))
+		atomic_store_explicit(&c->rec[i], NULL, memory_order_release);
+	else
+		/* acq_rel: one RMW order with fanout__table_compact()'s CAS
+		 * decides who drops the table's reference ("Tombs");
+		 * readers are protected by RCU, not by this ordering. */
+		p = atomic_exchange_explicit(&c->rec[i], NULL,
+					     memory_order_acq_rel);
 	if (!p)
 		return;
 	/* relaxed: the bit is a hint for walkers, who re-check the slot. */
