@@ -339,8 +339,9 @@ struct fanout_tstats *fanout__tstats_slow(struct fanout_engine *e)
 	ts->owner = me;
 	ts->next = head;
 	/* release: publishes the block's fields to the walks above and to
-	 * fanout_stats(); relaxed on failure: the walk restarts from the
-	 * value read, which is all it needs (a block of ours is not in it). */
+	 * fanout_stats(); relaxed on failure: the retry only links ours in
+	 * front of the head it read (no other thread pushes a block of
+	 * ours). */
 	while (!atomic_compare_exchange_weak_explicit(&e->tstats, &ts->next, ts,
 						      memory_order_release,
 						      memory_order_relaxed))

@@ -515,6 +515,18 @@ static inline void fanout__stat_add(_Atomic uint64_t *counter, uint64_t n)
 	atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
 }
 
+/* Add @n to a counter only the calling thread writes (W): a plain load and
+ * store, no locked instruction; readers load it relaxed. */
+static inline void fanout__own_add(_Atomic uint64_t *counter, uint64_t n)
+{
+	/* relaxed: W, see above; what readers need ordered comes with an
+	 * acquire they make first (fanout_stats: finish_seq). */
+	atomic_store_explicit(
+		counter,
+		atomic_load_explicit(counter, memory_order_relaxed) + n,
+		memory_order_relaxed);
+}
+
 /* The calling thread's block for @e: the last one it used, else found or
  * made (engine.c); NULL if none could be allocated. */
 struct fanout_tls_stats {
@@ -537,16 +549,10 @@ static inline void fanout__tstat_add(struct fanout_engine *e, enum tstat k,
 {
 	struct fanout_tstats *ts = fanout__tstats(e);
 
-	if (!ts) {
+	if (ts)
+		fanout__own_add(&ts->n[k], n);
+	else
 		fanout__stat_add(&e->st_shared[k], n);
-		return;
-	}
-	/* relaxed: W, only this thread writes it; fanout_stats() reads it
-	 * after the acquire that orders the completions it counts. */
-	atomic_store_explicit(
-		&ts->n[k],
-		atomic_load_explicit(&ts->n[k], memory_order_relaxed) + n,
-		memory_order_relaxed);
 }
 
 /* The duration of a child of @rec that started at @t0 (fq_cycles()) and

@@ -603,13 +603,8 @@ static bool runner_done(struct record *rec, struct progress_slot *prog,
 		fanout__stat_add(&e->st_skipped, t->skipped);
 	self = fq_self(e->q);
 	if (self >= 0) {
-		_Atomic uint64_t *cnt = &e->st_worker_children[self];
 		/* W: only this worker writes its slot. */
-		atomic_store_explicit(
-			cnt,
-			atomic_load_explicit(cnt, memory_order_relaxed) +
-				t->ran,
-			memory_order_relaxed);
+		fanout__own_add(&e->st_worker_children[self], t->ran);
 	} else if (t->ran) {
 		fanout__tstat_add(e, TSTAT_CHILDREN, t->ran);
 	}

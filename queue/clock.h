@@ -61,11 +61,10 @@ static inline uint64_t fq_cycles_to_ns(uint64_t d)
 
 /*
  * Timestamps without a clock call each time.  fq_stamp() returns
- * CLOCK_MONOTONIC in ns; fq_stamp_tick() the same for the instant of a
- * tick (fq_cycles) the caller read already, a child's end.  Each thread keeps an anchor: a CLOCK_MONOTONIC reading
- * and the tick read right after it.  Within FQ_STAMP_SPAN_NS of its anchor
- * a stamp is the anchor plus the ticks since, converted: one unordered
- * tick read.  Past that, the stamp is a clock reading, bracketed by an
+ * CLOCK_MONOTONIC in ns.  Each thread keeps an anchor: a CLOCK_MONOTONIC
+ * reading and the tick read right after it.  Within FQ_STAMP_SPAN_NS of
+ * its anchor a stamp is the anchor plus the ticks since, converted: one
+ * unordered tick read.  Past that, the stamp is a clock reading, bracketed by an
  * ordered tick before it and a tick after it, which becomes the anchor if
  * the bracket is narrow (twice the quickest seen at calibration, at least
  * FQ_STAMP_SLACK_NS).
@@ -86,12 +85,12 @@ static inline uint64_t fq_cycles_to_ns(uint64_t d)
  * reading <= dispatched_ns however the anchor lags (test_dispatch's
  * times_between_clock_readings failed 1 run in ~8 without the floor: the
  * lag, up to the bracket, exceeded the path from the reading to the
- * stamp).  So a thread's stamps may step
- * back at a new anchor by the difference of two anchors' lags, a few ns
- * and at most the bracket: less than the library's calls that stamp take,
- * so two dispatches of one thread keep their order.  Without an invariant
- * TSC, or with a clock too slow to bracket within 2 x FQ_STAMP_SLACK_NS,
- * every stamp is a clock reading.
+ * stamp).  A thread's stamps may step back at a new anchor by the
+ * difference of two anchors' lags, a few ns and at most the bracket: less
+ * than the library's calls that stamp take, so two dispatches of one
+ * thread keep their order.  Without an invariant TSC, or with a clock too
+ * slow to bracket within 2 x FQ_STAMP_SLACK_NS, every stamp is a clock
+ * reading.
  */
 #define FQ_STAMP_SPAN_NS 4000u
 #define FQ_STAMP_SLACK_NS 50u
@@ -102,20 +101,6 @@ struct fq_anchor {
 };
 extern FQ_TLS struct fq_anchor fq__anchor;
 uint64_t fq__stamp_slow(void);
-
-static inline uint64_t fq_stamp_tick(uint64_t tick)
-{
-	uint64_t d = tick - fq__anchor.tick;
-
-	uint64_t v;
-
-	/* Also false before the first anchor (tick 0), and for a tick
-	 * before the anchor (d wraps): then a clock reading, now. */
-	if (!fq__clock_tsc || d > fq__stamp_span)
-		return fq__stamp_slow();
-	v = fq__anchor.ns + fq_cycles_to_ns(d);
-	return v > fq__anchor.floor ? v : fq__anchor.floor;
-}
 
 /* A direct CLOCK_MONOTONIC reading that this thread's later stamps do not
  * fall below (fanout_now_ns): a stamp may trail the clock by its anchor's
@@ -130,7 +115,14 @@ static inline uint64_t fq_now_ns_floor(void)
 
 static inline uint64_t fq_stamp(void)
 {
-	return fq_stamp_tick(fq_cycles());
+	uint64_t d = fq_cycles() - fq__anchor.tick, v;
+
+	/* Also true before the first anchor (tick 0), and for a tick read
+	 * on a CPU behind the anchor's (d wraps): then a clock reading. */
+	if (!fq__clock_tsc || d > fq__stamp_span)
+		return fq__stamp_slow();
+	v = fq__anchor.ns + fq_cycles_to_ns(d);
+	return v > fq__anchor.floor ? v : fq__anchor.floor;
 }
 
 #endif
