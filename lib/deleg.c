@@ -69,6 +69,7 @@ struct origin {
 static int origin_get(const struct fanout_batch *b, struct origin *o)
 {
 	struct fanout_child *cur = fanout__current();
+	uint32_t k;
 
 	o->parent = NULL;
 	o->ref = false;
@@ -78,16 +79,27 @@ static int origin_get(const struct fanout_batch *b, struct origin *o)
 	}
 	fanout__read_lock();
 	/* acquire: pairs with the finisher's CAS; unfinished, the child's
-	 * record is alive at least until we unlock, and holds references
-	 * (its event's), so taking one more is safe. */
+	 * record cannot be freed before we unlock (pending.c, "Lifetime"). */
 	if (atomic_load_explicit(&b->within->state, memory_order_acquire) &
 	    PEND_DONE) {
 		fanout__read_unlock();
 		return -ECANCELED; /* that child was abandoned */
 	}
 	o->parent = b->within->rec;
-	/* relaxed: an increment of a count known to be positive. */
-	atomic_fetch_add_explicit(&o->parent->refs, 1, memory_order_relaxed);
+	/* The child may be finished since, and its record's last reference
+	 * put: a reference is taken only from a count that is not zero.
+	 * relaxed: the CAS's total order on `refs` decides; the record's
+	 * memory is ours to read until we unlock. */
+	k = atomic_load_explicit(&o->parent->refs, memory_order_relaxed);
+	do {
+		if (!k) {
+			fanout__read_unlock();
+			o->parent = NULL;
+			return -ECANCELED;
+		}
+	} while (!atomic_compare_exchange_weak_explicit(
+		&o->parent->refs, &k, k + 1, memory_order_relaxed,
+		memory_order_relaxed));
 	o->ref = true;
 	fanout__read_unlock();
 	return 0;
@@ -446,6 +458,10 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	 * help_offer may hand out (it drops those it does not). */
 	atomic_init(&rec->refs, 2 + extra);
 	rec->chunk = fanout__chunk_for(b->ntasks, want);
+	/* The caller's first chunk is claimed before anyone can see the
+	 * record, so its own run starts without a claim RMW (join.c,
+	 * "Claim"). */
+	atomic_init(&rec->claim, fanout__first_chunk(rec));
 	fanout__tstat_add(e, TSTAT_RUNS, 1);
 	rec_link(rec, b, &o);
 	fanout__table_insert(e, rec); /* no read lock: see table.c */

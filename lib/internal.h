@@ -422,6 +422,13 @@ static inline uint32_t fanout__chunk_for(unsigned n, unsigned runners)
 	return c < 1 ? 1 : c > 256 ? 256 : c;
 }
 
+/* The chunk a synchronous record's caller claims at its creation, before
+ * the record is published: [0, first) (join.c, "Claim"). */
+static inline uint32_t fanout__first_chunk(const struct record *rec)
+{
+	return rec->chunk < rec->ntasks ? rec->chunk : rec->ntasks;
+}
+
 /* table.c */
 int fanout__table_init(struct fanout_engine *e);
 int fanout__table_reserve(struct fanout_engine *e, struct record *rec);

@@ -17,7 +17,11 @@
  * returned to exactly one of them, once.  Hence every child is either run
  * once or reported interrupted once, never both, never neither.
  * (tests/models/join_cancel.pml model-checks this, with a seeded
- * load+store canceller that spin rejects.)
+ * load+store canceller that spin rejects.)  The fanout_run caller's first
+ * chunk is claimed by storing `claim` before the record is published
+ * (fanout__first_chunk): the claim that comes first in every order, the
+ * caller owning [0, first).  It runs that chunk like any other, so a
+ * cancel that comes first still has its children reported interrupted.
  *
  * Join.  `remaining` starts at ntasks.  A runner writes the result slots
  * of every chunk it owned and then, once it finds nothing left to claim,
@@ -27,7 +31,10 @@
  * subtraction in the counter's modification order, and the zeroing thread's
  * acquire (acq_rel) makes all of them visible.  Exactly one thread sees the
  * counter go from k to 0, so exactly one thread finalises, and exactly one
- * event is published.
+ * event is published.  A runner that finished all ntasks children itself
+ * knows that nobody else finished one (each child is finished once), so
+ * nobody else subtracts: it stores 0 (release) in place of the RMW and
+ * finalises.
  *
  * Deferred children.  A child that calls fanout_defer() is not counted by
  * its runner: exactly one finisher of the pending child (its completer, or
@@ -615,18 +622,24 @@ static bool runner_done(struct record *rec, struct progress_slot *prog,
 	 * twice.  relaxed: as above. */
 	if (prog)
 		atomic_store_explicit(&prog->n, 0, memory_order_relaxed);
-	/* acq_rel: release publishes our result slots; the acquire makes the
-	 * zeroing thread see every other runner's (the join argument above). */
-	if (atomic_fetch_sub_explicit(&rec->remaining, t->done,
-				      memory_order_acq_rel) == t->done) {
-		/* Every child has run: a worker that is not itself inside a
-		 * child only has library code left. */
-		if (!tls_child)
-			fq_tail(e->q);
-		finalise(rec, local, ref);
-		return true;
+	/* A runner that finished every child is the only one to subtract
+	 * (the join argument above): it stores the zero.  release: publishes
+	 * our result slots to the acquire loads of `remaining` (cancel,
+	 * park, lookup), as the RMW would.  Otherwise acq_rel: release
+	 * publishes our result slots; the acquire makes the zeroing thread
+	 * see every other runner's (the join argument above). */
+	if (t->done == rec->ntasks) {
+		atomic_store_explicit(&rec->remaining, 0, memory_order_release);
+	} else if (atomic_fetch_sub_explicit(&rec->remaining, t->done,
+					     memory_order_acq_rel) != t->done) {
+		return false;
 	}
-	return false;
+	/* Every child has run: a worker that is not itself inside a child
+	 * only has library code left. */
+	if (!tls_child)
+		fq_tail(e->q);
+	finalise(rec, local, ref);
+	return true;
 }
 
 /*
@@ -795,7 +808,7 @@ static bool run_token(struct record *rec, bool local, bool *ref)
 	struct progress_slot *prog =
 		slot < rec->nrunners ? &rec->progress[slot] : NULL;
 	struct tally t = {0, 0, 0, false};
-	bool force = false;
+	bool force = false, first = local;
 	uint64_t cycles;
 	uint32_t end;
 
@@ -803,6 +816,15 @@ static bool run_token(struct record *rec, bool local, bool *ref)
 		uint32_t i;
 		bool placed = false;
 
+		/* The caller's first chunk was claimed at the record's
+		 * creation (fanout__first_chunk); run_chunk sees a cancel
+		 * and takes places as for any chunk. */
+		if (first) {
+			first = false;
+			i = 0;
+			end = fanout__first_chunk(rec);
+			goto run;
+		}
 		/* relaxed: a hint only; the claim below decides. */
 		if (atomic_load_explicit(&rec->cancel, memory_order_relaxed) &
 		    FANOUT_CANCEL_PENDING)

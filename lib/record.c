@@ -387,10 +387,21 @@ void fanout__rec_flush(struct fanout_engine *e)
 
 void fanout__rec_put(struct record *rec, uint32_t n)
 {
-	/* release on the decrement, acquire before the free (refcount.h):
-	 * every access by every holder happens before the free. */
-	if (atomic_fetch_sub_explicit(&rec->refs, n, memory_order_acq_rel) ==
-	    n) {
+	/* The last holder needs no RMW when references are taken only by
+	 * holders (tokens, the timer, parking and helping runners: each from
+	 * a reference it has): when the count is @n, ours are all there are
+	 * and nobody can add one.  A record with deferred children is the
+	 * exception: a dispatch within one of them takes a reference from an
+	 * RCU read section (origin_get in deleg.c), so it always takes the
+	 * RMW.  Its pendings were pushed before its join, which happens
+	 * before any last put (relaxed).  acquire on `refs`: pairs with the
+	 * other holders' release decrements, as the RMW's acquire would.
+	 * Otherwise release on the decrement, acquire before the free
+	 * (refcount.h): every access by every holder happens before it. */
+	if ((!atomic_load_explicit(&rec->pendings, memory_order_relaxed) &&
+	     atomic_load_explicit(&rec->refs, memory_order_acquire) == n) ||
+	    atomic_fetch_sub_explicit(&rec->refs, n, memory_order_acq_rel) ==
+		    n) {
 		FQ_HANDOFF_RELEASE(rec);
 		retire(rec);
 	}
