@@ -58,9 +58,9 @@
  * if it fits).  The finaliser writes its slot's tomb BEFORE publishing the
  * event (fanout__table_tomb).  Once the event is freed, the record is
  * needed only for lookup and list, so fanout_event_free() swaps the
- * slot's pointer from the record to the tagged tomb (CAS: it succeeds
- * only while the slot still holds this record, whose event reference we
- * hold, so no ABA) and drops the table's reference with its own: a kept
+ * slot's pointer from the record to the tagged tomb (a store: until the
+ * record's tomb enters the kept ring, after this, nobody else writes the
+ * slot) and drops the table's reference with its own: a kept
  * finished record costs its tomb, ~128 bytes, instead of its whole block,
  * and the block goes back to the allocator (and the block cache) warm,
  * one grace period later.  A tomb is rewritten only by the next owner of
@@ -84,13 +84,14 @@
  * r is evicted only by the arrival of a record with finish_seq >=
  * r.finish_seq + K in the same slot; finish_seq values are taken in
  * finalisation order, so at least K delegations finished after r:
- * invariant 4 of the design.  Eviction = exchanging its slot's pointer
- * for NULL, which hands the table's reference to the evicter if the
- * pointer was still the record (the swap to the tomb dropped it
- * otherwise: one RMW order on the slot decides), then pushing the slot
- * back.  Pruning needs no read lock: it touches the kept ring, tombs and
- * slot chunks, which live as long as the table, and a record only through
- * the reference the exchange gave it.
+ * invariant 4 of the design.  Eviction = storing NULL in its slot, which
+ * hands the table's reference to the evicter if the pointer was still the
+ * record (the swap to the tomb dropped it otherwise), then pushing the
+ * slot back.  No RMW: the ring's CAS that chose the evicter came after
+ * the freer's, which came after the freer's swap, so the slot has one
+ * writer at a time.  Pruning needs no read lock: it touches the kept
+ * ring, tombs and slot chunks, which live as long as the table, and a
+ * record only through the reference the slot held.
  */
 #include "internal.h"
 
@@ -449,24 +450,17 @@ static void evict(struct fanout_engine *e, uint32_t slot)
 	struct slot_chunk *c = chunk_of(e->table, slot);
 	unsigned i = slot & (CHUNK - 1);
 	struct fanout_tstats *ts;
-	/* relaxed: a look.  A slot that holds its tomb is written by nobody
-	 * but its one evicter (the kept ring's CAS chose us) until it is
-	 * handed out again, after this: the tomb can go with a plain store
-	 * (release: as the exchange's, for the slot's next owner).  Only a
-	 * slot that still holds the record races fanout__table_compact(). */
+	/* relaxed: the slot is written by nobody but its one evicter (the
+	 * kept ring's CAS chose us, after the event's freer swapped in the
+	 * tomb, if it did, before its own CAS into the ring; or the table
+	 * is quiescent) until it is handed out again, after this: no RMW. */
 	struct record *p =
 		atomic_load_explicit(&c->rec[i], memory_order_relaxed);
 
-	if (IS_TOMB(p))
-		atomic_store_explicit(&c->rec[i], NULL, memory_order_release);
-	else
-		/* acq_rel: one RMW order with fanout__table_compact()'s CAS
-		 * decides who drops the table's reference ("Tombs");
-		 * readers are protected by RCU, not by this ordering. */
-		p = atomic_exchange_explicit(&c->rec[i], NULL,
-					     memory_order_acq_rel);
 	if (!p)
 		return;
+	/* release: for the slot's next owner, as the push's. */
+	atomic_store_explicit(&c->rec[i], NULL, memory_order_release);
 	/* relaxed: the bit is a hint for walkers, who re-check the slot. */
 	atomic_fetch_and_explicit(&c->used[i / 64], ~(1ull << (i % 64)),
 				  memory_order_relaxed);
@@ -545,20 +539,22 @@ uint32_t fanout__table_compact(struct record *rec)
 	uint32_t slot = slot_of(e, rec->id);
 	struct slot_chunk *c = chunk_of(e->table, slot);
 	struct fanout_tomb *tb = &c->tomb[slot & (CHUNK - 1)];
-	struct record *cur = rec;
 
 	/* Decided from the record, which the caller's thread wrote at
 	 * dispatch: the tomb's own lines are the finaliser's. */
 	if (!key_fits(rec))
 		return 1; /* the session key did not fit: keep the record */
-	/* acq_rel: against evict's exchange (see there); release also
-	 * publishes the tomb to readers that load the tagged pointer. */
-	if (atomic_compare_exchange_strong_explicit(
-		    &c->rec[slot & (CHUNK - 1)], &cur,
-		    (struct record *)((uintptr_t)tb | TOMB_TAG),
-		    memory_order_acq_rel, memory_order_relaxed))
-		return 2;
-	return 1;
+	/* No RMW: nobody else writes the slot now.  Only an evicter does,
+	 * chosen by the kept ring's CAS that displaces this record's tomb,
+	 * which comes after our own CAS that puts it there
+	 * (fanout__table_retire, after this), or fanout__table_destroy on a
+	 * quiescent engine.  release: publishes the tomb to readers that
+	 * load the tagged pointer, and (through the kept ring's CAS) to the
+	 * evicter, which then drops only the record's event reference. */
+	atomic_store_explicit(&c->rec[slot & (CHUNK - 1)],
+			      (struct record *)((uintptr_t)tb | TOMB_TAG),
+			      memory_order_release);
+	return 2;
 }
 
 /* The event is being freed; no read lock needed: see "Pruning". */
