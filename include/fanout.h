@@ -469,7 +469,10 @@ struct fanout_batch {
  * @error:       NULL when completed; else what the child set with
  *               fanout_set_error(), or a description of @code.
  * @duration_ns: wall time the child ran (0 if it never started, and
- *               always 0 on an engine with FANOUT_NO_CHILD_CLOCK).
+ *               always 0 on an engine with FANOUT_NO_CHILD_CLOCK).  For
+ *               the first child a fanout_run() caller runs itself it
+ *               counts from the call's dispatched_ns, so it includes the
+ *               call's own set-up after that stamp (tens of ns).
  * @cost:        sum of the child's fanout_add_cost() calls.
  * @code:        the child's return value (0, or negative errno);
  *               -ECANCELED for a child that never started.

@@ -230,6 +230,9 @@ struct record {
 	bool spilled; /* H: left a limbo: freed to the allocator (record.c) */
 	struct cds_wfcq_node qnode; /* L: sink linkage */
 	uint64_t finish_seq;	    /* F: position among finished records */
+	/* I: the tick dispatched_ns was stamped from; a fanout_run caller's
+	 * first child starts there (join.c, run_token). */
+	uint64_t start_tick;
 
 	/* Hot: every child of the batch touches these; own line. */
 	_Atomic uint32_t claim __attribute__((aligned(CACHELINE))); /* A */

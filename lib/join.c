@@ -127,7 +127,8 @@ static void release_tokens(struct record *rec, _Atomic uint32_t *tokens)
 
 /* @local: the fanout_run caller finalises its own record on its own thread
  * (it knows, so nobody signals it); see fanout__run_own. */
-static void finalise(struct record *rec, bool local, bool *ref)
+static void finalise(struct record *rec, bool local, bool *ref,
+		     uint64_t end_tick)
 {
 	struct fanout_engine *e = rec->e;
 	bool background = rec->background;
@@ -176,7 +177,7 @@ static void finalise(struct record *rec, bool local, bool *ref)
 	/* After every child's end (this runner's join came last); from this
 	 * thread's anchor (clock.h), so never before the dispatch stamped on
 	 * another thread's. */
-	now = fq_stamp();
+	now = end_tick ? fq_stamp_at(end_tick) : fq_stamp();
 	ev->completed_ns = now > rec->dispatched_ns ? now : rec->dispatched_ns;
 	ev->cost = cost;
 	ev->ncompleted = nc;
@@ -279,7 +280,7 @@ void fanout__join_sub(struct record *rec, uint32_t n)
 {
 	if (atomic_fetch_sub_explicit(&rec->remaining, n,
 				      memory_order_acq_rel) == n)
-		finalise(rec, false, NULL);
+		finalise(rec, false, NULL, 0);
 }
 
 /* ----------------------------------------------------------------- run */
@@ -448,6 +449,7 @@ static bool run_child(struct record *rec, unsigned i, uint64_t *clock,
 struct tally {
 	unsigned ran, done, skipped;
 	bool handed_back;
+	uint64_t end_tick; /* the last child's end, when children are timed */
 };
 
 /* A claimed range handed back (see "Places"). */
@@ -544,14 +546,16 @@ static bool take_place(struct record *rec);
  * receives the chunk's duration in fq_cycles ticks.  @placed: the chunk is
  * one child for which a place was taken.  Without child clocks
  * (FANOUT_NO_CHILD_CLOCK) the chunk is timed by two readings, or none when
- * nobody asks or it ends the batch (no next chunk to size). */
+ * nobody asks or it ends the batch (no next chunk to size).  @from: a tick
+ * of this thread the chunk starts at (the dispatch's, for the fanout_run
+ * caller's first chunk), or 0 to read one. */
 static void run_chunk(struct record *rec, struct progress_slot *prog,
 		      unsigned i, unsigned end, struct tally *t,
-		      uint64_t *cycles, bool placed, bool force)
+		      uint64_t *cycles, bool placed, bool force, uint64_t from)
 {
 	bool timed = !(rec->e->cfg.flags & FANOUT_NO_CHILD_CLOCK);
 	bool sized = timed || (cycles && end < rec->ntasks);
-	uint64_t clock = sized ? fq_cycles() : 0, start = clock;
+	uint64_t clock = !sized ? 0 : from ? from : fq_cycles(), start = clock;
 	unsigned j;
 
 	for (j = i; j < end; j++, placed = false) {
@@ -592,6 +596,8 @@ static void run_chunk(struct record *rec, struct progress_slot *prog,
 	}
 	if (cycles)
 		*cycles = (timed ? clock : sized ? fq_cycles() : start) - start;
+	if (timed && t->ran)
+		t->end_tick = clock; /* after every child this runner ran */
 }
 
 /* A runner is through: count what it ran and hand its finished children
@@ -638,7 +644,9 @@ static bool runner_done(struct record *rec, struct progress_slot *prog,
 	 * only has library code left. */
 	if (!tls_child)
 		fq_tail(e->q);
-	finalise(rec, local, ref);
+	/* A sole runner's last child ended after every other child: the
+	 * event's completed_ns is that tick's stamp. */
+	finalise(rec, local, ref, t->done == rec->ntasks ? t->end_tick : 0);
 	return true;
 }
 
@@ -807,9 +815,9 @@ static bool run_token(struct record *rec, bool local, bool *ref)
 							  memory_order_relaxed);
 	struct progress_slot *prog =
 		slot < rec->nrunners ? &rec->progress[slot] : NULL;
-	struct tally t = {0, 0, 0, false};
+	struct tally t = {0, 0, 0, false, 0};
 	bool force = false, first = local;
-	uint64_t cycles;
+	uint64_t cycles, from = 0;
 	uint32_t end;
 
 	for (;;) {
@@ -823,6 +831,7 @@ static bool run_token(struct record *rec, bool local, bool *ref)
 			first = false;
 			i = 0;
 			end = fanout__first_chunk(rec);
+			from = rec->start_tick;
 			goto run;
 		}
 		/* relaxed: a hint only; the claim below decides. */
@@ -861,7 +870,8 @@ static bool run_token(struct record *rec, bool local, bool *ref)
 	run:
 		t.handed_back = false;
 		run_chunk(rec, prog, i, end, &t, &cycles, placed && !force,
-			  force);
+			  force, from);
+		from = 0;
 		if (t.handed_back) {
 			int parked = park(rec);
 
@@ -930,7 +940,7 @@ bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *), void *arg)
 	struct fq_work *w = fq_help_take(e->q);
 	struct record *rec;
 	uint32_t n, chunk, i, end;
-	struct tally t = {0, 0, 0, false};
+	struct tally t = {0, 0, 0, false, 0};
 	bool ref = true; /* the token's reference, or our own */
 	uint64_t cycles;
 
@@ -955,7 +965,7 @@ bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *), void *arg)
 			break;
 		end = n - i < chunk ? n : i + chunk;
 		t.handed_back = false;
-		run_chunk(rec, NULL, i, end, &t, &cycles, false, false);
+		run_chunk(rec, NULL, i, end, &t, &cycles, false, false, 0);
 		if (end == n)
 			break; /* nothing left to claim */
 		if (t.handed_back || !more(arg)) {

@@ -587,6 +587,8 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 		fanout__blocks_free(&e->blocks, rec, size);
 		return NULL;
 	}
-	rec->dispatched_ns = fq_stamp(); /* the clock, cheaply: clock.h */
+	rec->start_tick = fq_cycles();
+	/* the clock, cheaply: clock.h */
+	rec->dispatched_ns = fq_stamp_at(rec->start_tick);
 	return rec;
 }

@@ -113,9 +113,11 @@ static inline uint64_t fq_now_ns_floor(void)
 	return ns;
 }
 
-static inline uint64_t fq_stamp(void)
+/* The stamp of @tick, an fq_cycles() reading of this thread (or a fresh
+ * clock reading, later than it, when the anchor is too old). */
+static inline uint64_t fq_stamp_at(uint64_t tick)
 {
-	uint64_t d = fq_cycles() - fq__anchor.tick, v;
+	uint64_t d = tick - fq__anchor.tick, v;
 
 	/* Also true before the first anchor (tick 0), and for a tick read
 	 * on a CPU behind the anchor's (d wraps): then a clock reading. */
@@ -123,6 +125,11 @@ static inline uint64_t fq_stamp(void)
 		return fq__stamp_slow();
 	v = fq__anchor.ns + fq_cycles_to_ns(d);
 	return v > fq__anchor.floor ? v : fq__anchor.floor;
+}
+
+static inline uint64_t fq_stamp(void)
+{
+	return fq_stamp_at(fq_cycles());
 }
 
 #endif
