@@ -148,5 +148,10 @@ build/plain/ab: bench/ab.c build/plain/libfanout.a include/fanout.h
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude $< \
 		build/plain/libfanout.a $(DEP_LIBS) -o $@
 
+# bench/abdl.c: builds of libfanout.so compared inside one process
+# (bench/PROFILE.txt phase 18); it links no fanout, it dlopen()s them.
+build/plain/abdl: bench/abdl.c include/fanout.h
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude $< -ldl -o $@
+
 .PHONY: bench-ab
-bench-ab: build/plain/ab
+bench-ab: build/plain/ab build/plain/abdl

@@ -213,12 +213,12 @@ static void quot_bar(const char *what, const char *target, double num,
 
 /*
  * What a batch-1 fanout_run pays here for its contract alone, measured in
- * this run (the limits): four tick reads - the two timestamps
- * (dispatched_ns, completed_ns), stamped from a per-thread anchor since
- * phase 17 (queue/clock.h; the anchor's own CLOCK_MONOTONIC read every
- * 4 us is left out), and the child's start and end - and the price of each
- * of its locked RMWs.  oneTBB's run + wait reads no clock (bench/
- * PROFILE.txt phase 9 counts the RMWs of both).
+ * this run (the limits): two tick reads - the dispatch's, which stamps
+ * dispatched_ns (from a per-thread anchor since phase 17, queue/clock.h;
+ * the anchor's own CLOCK_MONOTONIC read every 4 us is left out) and starts
+ * the caller's child, and the child's end, which stamps completed_ns
+ * (phase 18) - and the price of each of its locked RMWs.  oneTBB's run +
+ * wait reads no clock (bench/PROFILE.txt phases 9 and 18 count the RMWs).
  */
 static void contract_note(struct bar *b)
 {
@@ -228,12 +228,12 @@ static void contract_note(struct bar *b)
 	if (b->holds < 0 || !(bench_limit_tick > 0))
 		return;
 	measured_add(b, &len,
-		     "; the contract's clocks per batch-1 run (4 tick "
-		     "reads: 2 stamps, 2 child boundaries) %.3g us",
-		     4 * bench_limit_tick / 1e3);
+		     "; the contract's clocks per batch-1 run (2 tick "
+		     "reads: the dispatch and the child's end) %.3g us",
+		     2 * bench_limit_tick / 1e3);
 	if (tbb > 0)
 		measured_add(b, &len, " = %.2fx oneTBB's hot p50",
-			     4 * bench_limit_tick / tbb);
+			     2 * bench_limit_tick / tbb);
 	if (bench_limit_rmw > 0)
 		measured_add(b, &len, "; one locked RMW %.3g ns",
 			     bench_limit_rmw);
