@@ -28,9 +28,12 @@
  * consumer that also dispatches) makes no CAS on the shared stack either
  * way (two locked instructions, ~8% of a batch-1 fanout_run; bench/
  * PROFILE.txt phase 17).  A cached slot is free exactly as one on the
- * stack: its pointer is NULL and its bit clear before it is cached, and
- * the thread that takes it is the one that put it there (program order
- * stands in for the stack's release/acquire).  A thread that exits leaves
+ * stack: its pointer is NULL before it is cached, and the thread that
+ * takes it is the one that put it there (program order stands in for the
+ * stack's release/acquire).  Its `used` bit stays set (one RMW fewer per
+ * delegation, phase 18): walkers skip its NULL pointer as they skip a
+ * slot emptied under them, and the insert that reuses it sets the bit
+ * again all the same (that RMW is also recheck's fence, deleg.c).  A thread that exits leaves
  * its cached slots to the next thread with its pthread id, or unused:
  * at most TSTAT_SLOTS per thread, which only makes the table grow a chunk
  * sooner.
@@ -461,14 +464,18 @@ static void evict(struct fanout_engine *e, uint32_t slot)
 		return;
 	/* release: for the slot's next owner, as the push's. */
 	atomic_store_explicit(&c->rec[i], NULL, memory_order_release);
-	/* relaxed: the bit is a hint for walkers, who re-check the slot. */
-	atomic_fetch_and_explicit(&c->used[i / 64], ~(1ull << (i % 64)),
-				  memory_order_relaxed);
 	ts = fanout__tstats(e);
-	if (ts && ts->nslots < TSTAT_SLOTS)
-		ts->slots[ts->nslots++] = slot; /* "Slot cache" */
-	else
+	if (ts && ts->nslots < TSTAT_SLOTS) {
+		/* "Slot cache": the bit stays set, for the insert that
+		 * reuses the slot. */
+		ts->slots[ts->nslots++] = slot;
+	} else {
+		/* relaxed: the bit is a hint for walkers, who re-check the
+		 * slot. */
+		atomic_fetch_and_explicit(&c->used[i / 64], ~(1ull << (i % 64)),
+					  memory_order_relaxed);
 		free_push(e->table, slot, slot);
+	}
 	if (!IS_TOMB(p))
 		fanout__rec_put(p, 1);
 }
