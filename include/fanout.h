@@ -468,8 +468,9 @@ struct fanout_batch {
  * @summary:     what the child set with fanout_set_summary(), or NULL.
  * @error:       NULL when completed; else what the child set with
  *               fanout_set_error(), or a description of @code.
- * @duration_ns: wall time the child ran (0 if it never started, and
- *               always 0 on an engine with FANOUT_NO_CHILD_CLOCK).  For
+ * @duration_ns: wall time the child ran, at least 1 (0 if it never
+ *               started, and always 0 on an engine with
+ *               FANOUT_NO_CHILD_CLOCK).  For
  *               the first child a fanout_run() caller runs itself it
  *               counts from the call's dispatched_ns, so it includes the
  *               call's own set-up after that stamp (tens of ns).

@@ -230,8 +230,9 @@ struct record {
 	bool spilled; /* H: left a limbo: freed to the allocator (record.c) */
 	struct cds_wfcq_node qnode; /* L: sink linkage */
 	uint64_t finish_seq;	    /* F: position among finished records */
-	/* I: the tick dispatched_ns was stamped from; a fanout_run caller's
-	 * first child starts there (join.c, run_token). */
+	/* I: the tick dispatched_ns was stamped from, or 0 if it is a fresh
+	 * clock reading; a fanout_run caller's first child starts there
+	 * (join.c, run_token; 0: it reads its own). */
 	uint64_t start_tick;
 
 	/* Hot: every child of the batch touches these; own line. */
@@ -571,7 +572,7 @@ static inline uint64_t fanout__child_ns(const struct record *rec, uint64_t t0)
 {
 	if (rec->e->cfg.flags & FANOUT_NO_CHILD_CLOCK)
 		return 0;
-	return fq_cycles_to_ns(fq_cycles() - t0);
+	return fq_duration_ns(t0, fq_cycles());
 }
 
 /* A child of @rec finished other than COMPLETED at no cost: the finaliser

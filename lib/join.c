@@ -423,7 +423,7 @@ static bool run_child(struct record *rec, unsigned i, uint64_t *clock,
 		return false; /* its place went with it (pending.c) */
 	if (c.placed)
 		fanout__give_place(rec);
-	r->duration_ns = clock ? fq_cycles_to_ns(t1 - c.t0) : 0;
+	r->duration_ns = clock ? fq_duration_ns(c.t0, t1) : 0;
 	/* The common case inline: completed, no error string of its own,
 	 * and no deadline passed (relaxed: as in fanout__set_outcome, whose
 	 * result this is then; r->error is still the NULL stored above). */

@@ -510,6 +510,7 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	struct record *rec;
 	bool fault;
 	char *area;
+	uint64_t tick;
 
 	head = (head + CACHELINE - 1) & ~(size_t)(CACHELINE - 1);
 	head += nrunners * sizeof(struct progress_slot);
@@ -587,8 +588,10 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 		fanout__blocks_free(&e->blocks, rec, size);
 		return NULL;
 	}
-	rec->start_tick = fq_cycles();
-	/* the clock, cheaply: clock.h */
-	rec->dispatched_ns = fq_stamp_at(rec->start_tick);
+	tick = fq_cycles();
+	/* A fanout_run caller's first child starts at this tick only if
+	 * dispatched_ns is its stamp (a fresh clock reading is later). */
+	rec->start_tick = fq_stamp_extrapolates(tick) ? tick : 0;
+	rec->dispatched_ns = fq_stamp_at(tick); /* the clock, cheaply */
 	return rec;
 }

@@ -6,12 +6,14 @@
  * Correctness: where the CPU has an invariant TSC (CPUID 0x80000007, EDX
  * bit 8: constant rate, keeps counting in deep sleep, synchronised across
  * cores by the kernel), durations are measured in TSC ticks and converted
- * with a factor calibrated once against CLOCK_MONOTONIC over 200 us; the
- * calibration runs under pthread_once, so every thread sees the same
- * factor (pthread_once is a full barrier for the variables it sets).
+ * with a factor calibrated once against CLOCK_MONOTONIC over 200 us or
+ * more; the calibration runs under pthread_once, so every thread sees the
+ * same factor (pthread_once is a full barrier for the variables it sets).
  * Elsewhere, fq_cycles() is CLOCK_MONOTONIC in ns and the factor is 1.
- * The error of the factor is about the clock's resolution over 200 us,
- * i.e. well under 0.1%.  Timestamps (fq_stamp) extrapolate a per-thread
+ * Both ends of the calibration are clock readings bracketed by ordered
+ * ticks, and it runs until the brackets' widths are under 5e-4 of its
+ * length (at most 5 ms): the factor's error is under 0.05%, plus NTP's
+ * slew of the clock (at most 0.05%).  Timestamps (fq_stamp) extrapolate a per-thread
  * reading by that factor over at most FQ_STAMP_SPAN_NS; why they do not
  * lead the clock and how far they trail it: clock.h.
  */
@@ -123,19 +125,41 @@ static void calibrate_stamps(void)
 }
 #endif
 
+#ifdef FQ_HAVE_TSC
+/* The narrowest of 8 bracketed readings: its ns and the tick at its
+ * bracket's middle, which is within half the returned width of the
+ * clock's own tick read. */
+static uint64_t narrowest(uint64_t *ns, uint64_t *mid)
+{
+	uint64_t best = UINT64_MAX, n, after, w;
+
+	for (int i = 0; i < 8; i++) {
+		w = bracketed(&n, &after);
+		if (w < best) {
+			best = w;
+			*ns = n;
+			*mid = after - w / 2;
+		}
+	}
+	return best;
+}
+#endif
+
 static void calibrate(void)
 {
 #ifdef FQ_HAVE_TSC
-	uint64_t t0, t1, c0, c1;
+	uint64_t t0 = 0, t1 = 0, c0 = 0, c1 = 0, w0, w1;
 
 	if (!invariant_tsc())
 		return;
-	t0 = fq_now_ns();
-	c0 = __rdtsc();
+	/* The factor's error is at most (w0 + w1) / 2 over c1 - c0: go on
+	 * past 200 us until that is under 5e-4 (a slow clock, such as an
+	 * intercepted one under a sanitizer), but not past 5 ms. */
+	w0 = narrowest(&t0, &c0);
 	do
-		t1 = fq_now_ns();
-	while (t1 - t0 < 200000);
-	c1 = __rdtsc();
+		w1 = narrowest(&t1, &c1);
+	while (t1 - t0 < 200000 ||
+	       (c1 - c0 < 1000 * (w0 + w1) && t1 - t0 < 5000000));
 	if (c1 <= c0)
 		return;
 	fq__clock_mult =

@@ -59,6 +59,18 @@ static inline uint64_t fq_cycles_to_ns(uint64_t d)
 	return (uint64_t)(((unsigned __int128)d * fq__clock_mult) >> 32);
 }
 
+/* What ran between two fq_cycles() readings @t0 and @t1, in ns, at least
+ * 1: a reading is not ordered after the instructions before it, so the
+ * end of a child that returned at once can read 1 tick past its start
+ * (1 in 20 back-to-back pairs here), and one read on another CPU, before
+ * it saw the start, a little below it.  0 is left to mean "never ran". */
+static inline uint64_t fq_duration_ns(uint64_t t0, uint64_t t1)
+{
+	uint64_t ns = (int64_t)(t1 - t0) > 0 ? fq_cycles_to_ns(t1 - t0) : 0;
+
+	return ns ? ns : 1;
+}
+
 /*
  * Timestamps without a clock call each time.  fq_stamp() returns
  * CLOCK_MONOTONIC in ns.  Each thread keeps an anchor: a CLOCK_MONOTONIC
@@ -111,6 +123,13 @@ static inline uint64_t fq_now_ns_floor(void)
 
 	fq__anchor.floor = ns;
 	return ns;
+}
+
+/* Whether fq_stamp_at(@tick) extrapolates @tick from this thread's anchor
+ * (else it is a fresh clock reading, made after @tick). */
+static inline bool fq_stamp_extrapolates(uint64_t tick)
+{
+	return fq__clock_tsc && tick - fq__anchor.tick <= fq__stamp_span;
 }
 
 /* The stamp of @tick, an fq_cycles() reading of this thread (or a fresh

@@ -307,10 +307,14 @@ static void times_between_clock_readings(void **state)
 		assert_true(ev->completed_ns <= t1);
 		/* The child ran inside the delegation's window (a fanout_run
 		 * caller's child is timed from the dispatch's own tick, its
-		 * end gives completed_ns); 1 us for two stamps' anchors. */
+		 * end gives completed_ns): 1 us for two stamps' anchors, and
+		 * 0.2% for the tick factor's error against the clock
+		 * (clock.c: under 0.1%). */
+		uint64_t window = ev->completed_ns - ev->dispatched_ns;
+
 		assert_true(ev->results[0].duration_ns > 0);
 		assert_true(ev->results[0].duration_ns <=
-			    ev->completed_ns - ev->dispatched_ns + 1000);
+			    window + 1000 + window / 500);
 		prev = ev->dispatched_ns;
 		fanout_event_free(ev);
 	}
