@@ -33,10 +33,10 @@
  * stack's release/acquire).  Its `used` bit stays set (one RMW fewer per
  * delegation, phase 18): walkers skip its NULL pointer as they skip a
  * slot emptied under them, and the insert that reuses it sets the bit
- * again all the same (that RMW is also recheck's fence, deleg.c).  A thread that exits leaves
- * its cached slots to the next thread with its pthread id, or unused:
- * at most TSTAT_SLOTS per thread, which only makes the table grow a chunk
- * sooner.
+ * again all the same (that RMW is also recheck's fence, deleg.c).  A
+ * thread that exits leaves its cached slots to the next thread with its
+ * pthread id, or unused: at most TSTAT_SLOTS per thread, which only makes
+ * the table grow a chunk sooner.
  *
  * Readers.  Lookup and list run inside rcu_read_lock (liburcu's
  * "bulletproof" flavour, which registers a thread lazily on its first read
