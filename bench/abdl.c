@@ -19,7 +19,9 @@
  * a difference under ~3% is not one).  The shared
  * object is not the archive (system malloc, global-dynamic thread-locals),
  * so the ratio, not the rate, is what carries over.  AB_FLAGS=N sets
- * fanout_config.flags, AB_WORKERS=N the workers (2), AB_CPU=C pins the
+ * fanout_config.flags (LIB.so@N gives one library's engine N instead, so
+ * that one build can be compared with itself under two configurations),
+ * AB_WORKERS=N the workers (2), AB_CPU=C pins the
  * calling thread.  Exits non-zero if a call fails or an event is not what
  * was dispatched.
  */
@@ -51,6 +53,7 @@ struct lib {
 	struct fanout_sink *(*sink)(struct fanout_engine *);
 	void (*event_free)(struct fanout_event *);
 	struct fanout_engine *e;
+	unsigned flags; /* fanout_config.flags: LIB.so@FLAGS, else AB_FLAGS */
 	double rate[MAX_SLICES];
 };
 
@@ -92,9 +95,17 @@ static int env_int(const char *name, int dflt)
 	return s ? atoi(s) : dflt;
 }
 
-static int load(struct lib *l, const char *path)
+static int load(struct lib *l, char *path, unsigned flags)
 {
-	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	char *at = strrchr(path, '@');
+	void *h;
+
+	l->flags = flags;
+	if (at) { /* LIB.so@FLAGS: this library's engine gets FLAGS */
+		*at = '\0';
+		l->flags = (unsigned)strtoul(at + 1, NULL, 0);
+	}
+	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 
 	if (!h) {
 		fprintf(stderr, "abdl: %s\n", dlerror());
@@ -165,7 +176,7 @@ int main(int argc, char **argv)
 	unsigned n, k = 0;
 
 	for (i = 1; i < argc && strcmp(argv[i], "--"); i++)
-		if (nl == MAX_LIBS || load(&libs[nl++], argv[i]))
+		if (nl == MAX_LIBS || load(&libs[nl++], argv[i], cfg.flags))
 			return 2;
 	if (!nl || argc - i < 3 || slices < 1 || slices > MAX_SLICES ||
 	    (strcmp(argv[i + 1], "run") && strcmp(argv[i + 1], "bg"))) {
@@ -184,7 +195,8 @@ int main(int argc, char **argv)
 	struct fanout_batch b = {.tasks = t, .ntasks = n};
 
 	for (i = 0; i < nl; i++)
-		if (libs[i].create(&cfg, &libs[i].e)) {
+		if ((cfg.flags = libs[i].flags,
+		     libs[i].create(&cfg, &libs[i].e))) {
 			fprintf(stderr, "abdl: fanout_create failed\n");
 			return 1;
 		}
@@ -213,9 +225,10 @@ int main(int argc, char **argv)
 
 		for (int r = 0; r < slices; r++)
 			ratio[r] = libs[i].rate[r] / libs[0].rate[r];
-		printf("%-40s median %7.2fM/s  ratio to the first %.3f\n",
-		       libs[i].path, median(libs[i].rate, slices),
-		       median(ratio, slices));
+		printf("%-36s flags %-3u median %7.2fM/s  ratio to the "
+		       "first %.3f\n",
+		       libs[i].path, libs[i].flags,
+		       median(libs[i].rate, slices), median(ratio, slices));
 		libs[i].destroy(libs[i].e);
 	}
 	return 0;
