@@ -13,9 +13,9 @@
  * Both ends of the calibration are clock readings bracketed by ordered
  * ticks, and it runs until the brackets' widths are under 5e-4 of its
  * length (at most 5 ms): the factor's error is under 0.05%, plus NTP's
- * slew of the clock (at most 0.05%).  Timestamps (fq_stamp) extrapolate a per-thread
- * reading by that factor over at most FQ_STAMP_SPAN_NS; why they do not
- * lead the clock and how far they trail it: clock.h.
+ * slew of the clock (at most 0.05%).  Timestamps (fq_stamp) extrapolate a
+ * per-thread reading by that factor over at most FQ_STAMP_SPAN_NS; why
+ * they do not lead the clock and how far they trail it: clock.h.
  */
 #include "clock.h"
 

@@ -76,10 +76,10 @@ static inline uint64_t fq_duration_ns(uint64_t t0, uint64_t t1)
  * CLOCK_MONOTONIC in ns.  Each thread keeps an anchor: a CLOCK_MONOTONIC
  * reading and the tick read right after it.  Within FQ_STAMP_SPAN_NS of
  * its anchor a stamp is the anchor plus the ticks since, converted: one
- * unordered tick read.  Past that, the stamp is a clock reading, bracketed by an
- * ordered tick before it and a tick after it, which becomes the anchor if
- * the bracket is narrow (twice the quickest seen at calibration, at least
- * FQ_STAMP_SLACK_NS).
+ * unordered tick read.  Past that, the stamp is a clock reading, bracketed
+ * by an ordered tick before it and a tick after it, which becomes the
+ * anchor if the bracket is narrow (twice the quickest seen at calibration,
+ * at least FQ_STAMP_SLACK_NS).
  *
  * Why: in the library's paths a clock_gettime costs far more than in a
  * loop.  The vDSO orders its tick read with lfence, which first waits for
