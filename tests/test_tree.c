@@ -743,6 +743,7 @@ static int bounded_leaf_fn(struct fanout_child *c, void *arg)
 
 struct late_nest {
 	struct fanout_engine *e;
+	unsigned ntasks; /* of the nested run; 0: 2 */
 	atomic_int started;
 	atomic_int leaves;
 	int run_rc;
@@ -765,7 +766,8 @@ static int nest_after_interrupt_fn(struct fanout_child *c, void *arg)
 	for (int i = 0; i < 2; i++)
 		t[i] = (struct fanout_task){"late", bounded_leaf_fn,
 					    &n->leaves};
-	struct fanout_batch b = {.tasks = t, .ntasks = 2};
+	struct fanout_batch b = {.tasks = t,
+				 .ntasks = n->ntasks ? n->ntasks : 2};
 	n->run_rc = fanout_run(n->e, &b, &ev);
 	if (n->run_rc == 0) {
 		n->st = ev->status;
@@ -781,13 +783,13 @@ static int nest_after_interrupt_fn(struct fanout_child *c, void *arg)
  * interrupted belongs to an interrupted tree (like a context derived from
  * a cancelled one): it is interrupted at once.
  */
-static void tree_nested_after_interrupt(void **state)
+static void nested_after_interrupt(unsigned ntasks)
 {
 	struct fanout_engine *e1 =
 		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
 	struct fanout_engine *e2 =
 		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
-	struct late_nest n = {.e = e2, .run_rc = 1};
+	struct late_nest n = {.e = e2, .ntasks = ntasks, .run_rc = 1};
 	struct fanout_task t = {"outer", nest_after_interrupt_fn, &n};
 	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 
@@ -800,13 +802,28 @@ static void tree_nested_after_interrupt(void **state)
 	assert_true(n.run_rc <= 0);
 	if (n.run_rc == 0) {
 		assert_int_equal(n.st, FANOUT_INTERRUPTED);
-		assert_int_equal(n.ninterrupted, 2);
+		assert_int_equal(n.ninterrupted, ntasks);
 		assert_true(n.cancelled);
+		/* Interrupted before its caller's first chunk, which was
+		 * claimed at the record's creation: no child ran. */
+		assert_int_equal(atomic_load(&n.leaves), 0);
 	} else {
 		print_message("note: nested run refused: %d\n", n.run_rc);
 	}
 	fanout_destroy(e1);
 	fanout_destroy(e2);
+}
+
+static void tree_nested_after_interrupt(void **state)
+{
+	nested_after_interrupt(2);
+}
+
+/* The same with one child: the caller's first chunk is the whole batch,
+ * and its run would be the sole runner's. */
+static void tree_nested_run_of_one_after_interrupt(void **state)
+{
+	nested_after_interrupt(1);
 }
 
 /* The same with batch.within naming an abandoned (not yet completed) child */
@@ -871,6 +888,7 @@ int main(void)
 		TC(tree_within_abandon),
 		TC(tree_within_depth_limit),
 		TC(tree_nested_after_interrupt),
+		TC(tree_nested_run_of_one_after_interrupt),
 		TC(tree_within_after_parent_abandoned),
 		TC(cancel_session_counts_and_scope),
 		TC(cancel_session_reaches_tree),
