@@ -34,10 +34,9 @@ EXTRA_CFLAGS ?=
 # lines, on every delegation) as unrolled stores, not `rep stos`, whose
 # start-up cost 2.8% of a batch-1 fanout_run (bench/PROFILE.txt phase 18);
 # only where the compiler has the option (gcc on x86).
-MEMSET_STRATEGY := $(shell $(CC) -Werror \
-	-mmemset-strategy=unrolled_loop:1024:noalign,libcall:-1:noalign \
-	-E -x c /dev/null >/dev/null 2>&1 && \
-	echo -mmemset-strategy=unrolled_loop:1024:noalign,libcall:-1:noalign)
+MEMSET_OPT := -mmemset-strategy=unrolled_loop:1024:noalign,libcall:-1:noalign
+MEMSET_STRATEGY := $(shell $(CC) -Werror $(MEMSET_OPT) -E -x c /dev/null \
+	>/dev/null 2>&1 && echo $(MEMSET_OPT))
 CFLAGS_plain := -O2 -DFANOUT_JEMALLOC $(MEMSET_STRATEGY)
 LIBS_plain   :=
 # Linked privately into build/plain/libfanout.a (see above).

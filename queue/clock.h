@@ -136,13 +136,14 @@ static inline bool fq_stamp_extrapolates(uint64_t tick)
  * clock reading, later than it, when the anchor is too old). */
 static inline uint64_t fq_stamp_at(uint64_t tick)
 {
-	uint64_t d = tick - fq__anchor.tick, v;
+	uint64_t v;
 
-	/* Also true before the first anchor (tick 0), and for a tick read
-	 * on a CPU behind the anchor's (d wraps): then a clock reading. */
-	if (!fq__clock_tsc || d > fq__stamp_span)
+	/* Also false before the first anchor (tick 0), and for a tick read
+	 * on a CPU behind the anchor's (the difference wraps): then a clock
+	 * reading. */
+	if (!fq_stamp_extrapolates(tick))
 		return fq__stamp_slow();
-	v = fq__anchor.ns + fq_cycles_to_ns(d);
+	v = fq__anchor.ns + fq_cycles_to_ns(tick - fq__anchor.tick);
 	return v > fq__anchor.floor ? v : fq__anchor.floor;
 }
 
