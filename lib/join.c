@@ -381,24 +381,21 @@ enum fanout_status fanout__set_outcome(struct record *rec, unsigned i,
 }
 
 /*
- * Run child i.  *clock is the time it starts; on return, the time it ended
- * (which is when the next child of the same chunk starts: one reading per
- * child boundary).  @clock NULL: the engine does not time children
- * (FANOUT_NO_CHILD_CLOCK), no reading at all.  @placed: the runner took a
- * max_children place for it.  Returns false when the child deferred
- * (someone else finishes it), true when it is finished.
+ * Run child c->index, whose fanout_child @c the chunk has set up (rec, res,
+ * t0, placed; pending NULL) and made the thread's current one.  *clock is
+ * the time it starts; on return, the time it ended (which is when the
+ * next child of the same chunk starts: one reading per child boundary).
+ * @clock NULL: the engine does not time children (FANOUT_NO_CHILD_CLOCK),
+ * no reading at all.  @all: the record's join is FANOUT_JOIN_ALL.
+ * Returns false when the child deferred (someone else finishes it), true
+ * when it is finished.
  */
-static bool run_child(struct record *rec, unsigned i, uint64_t *clock,
-		      bool placed)
+static inline bool run_child(struct record *rec, struct fanout_child *c,
+			     const struct fanout_task *t, uint64_t *clock,
+			     bool all)
 {
-	const struct fanout_task *t = &rec->tasks[i];
-	struct fanout_result *r = &rec->results[i];
-	struct fanout_child c = {.rec = rec,
-				 .index = i,
-				 .res = r,
-				 .t0 = clock ? *clock : 0,
-				 .placed = placed};
-	struct fanout_child *prev = tls_child;
+	struct fanout_result *r = c->res;
+	unsigned i = c->index;
 	enum fanout_status st;
 	uint64_t t1 = 0;
 	int rc;
@@ -410,20 +407,18 @@ static bool run_child(struct record *rec, unsigned i, uint64_t *clock,
 	r->cost = 0;
 	/* owned[i] is 0 from rec_alloc; it is written only when a string is
 	 * set, so neighbouring runners do not bounce its line. */
-	tls_child = &c;
 	if (FANOUT_PROBE_CHILD_START_ENABLED()) /* sched_getcpu: traced only */
 		FANOUT_PROBE_CHILD_START(rec->id, i, sched_getcpu());
-	rc = t->fn(&c, t->arg);
-	tls_child = prev;
+	rc = t->fn(c, t->arg);
 	if (clock) {
 		t1 = fq_cycles();
 		*clock = t1;
 	}
-	if (c.pending)
+	if (c->pending)
 		return false; /* its place went with it (pending.c) */
-	if (c.placed)
+	if (c->placed)
 		fanout__give_place(rec);
-	r->duration_ns = clock ? fq_duration_ns(c.t0, t1) : 0;
+	r->duration_ns = clock ? fq_duration_ns(c->t0, t1) : 0;
 	/* The common case inline: completed, no error string of its own,
 	 * and no deadline passed (relaxed: as in fanout__set_outcome, whose
 	 * result this is then; r->error is still the NULL stored above). */
@@ -438,7 +433,7 @@ static bool run_child(struct record *rec, unsigned i, uint64_t *clock,
 	}
 	FANOUT_PROBE_CHILD_DONE(rec->id, i, st, r->duration_ns);
 	fanout__cost_add(rec, r->cost);
-	if (rec->join != FANOUT_JOIN_ALL)
+	if (!all)
 		fanout__after_child(rec, st);
 	return true;
 }
@@ -555,9 +550,16 @@ static void run_chunk(struct record *rec, struct progress_slot *prog,
 {
 	bool timed = !(rec->e->cfg.flags & FANOUT_NO_CHILD_CLOCK);
 	bool sized = timed || (cycles && end < rec->ntasks);
+	bool all = rec->join == FANOUT_JOIN_ALL;
 	uint64_t clock = !sized ? 0 : from ? from : fq_cycles(), start = clock;
-	unsigned j;
+	const struct fanout_task *tasks = rec->tasks;
+	/* One fanout_child for the chunk, the thread's current one from its
+	 * first child to its end: each child gets it fresh (index, res, t0,
+	 * placed, pending), and nothing but the children reads it. */
+	struct fanout_child c = {.rec = rec}, *prev = tls_child;
+	unsigned ran = 0, done = t->done, j;
 
+	tls_child = &c;
 	for (j = i; j < end; j++, placed = false) {
 		/* relaxed: whether to start is a hint-level decision; the
 		 * child's outcome is published by the join below. */
@@ -582,18 +584,26 @@ static void run_chunk(struct record *rec, struct progress_slot *prog,
 				break;
 			}
 		}
-		t->ran++;
-		if (!run_child(rec, j, timed ? &clock : NULL, placed))
+		ran++;
+		c.index = j;
+		c.res = &rec->results[j];
+		c.pending = NULL;
+		c.t0 = clock;
+		c.placed = placed;
+		if (!run_child(rec, &c, &tasks[j], timed ? &clock : NULL, all))
 			continue; /* deferred: not ours to count */
 	done:
 		/* relaxed: a progress figure for lookup, nothing read through
 		 * it; only this runner writes its slot.  A helping consumer
 		 * has none (its chunk counts once it is subtracted). */
-		++t->done;
+		++done;
 		if (prog)
-			atomic_store_explicit(&prog->n, t->done,
+			atomic_store_explicit(&prog->n, done,
 					      memory_order_relaxed);
 	}
+	tls_child = prev;
+	t->ran += ran;
+	t->done = done;
 	if (cycles)
 		*cycles = (timed ? clock : sized ? fq_cycles() : start) - start;
 	if (timed && t->ran)

@@ -387,6 +387,78 @@ static void child_current_child(void **state)
 	fanout_destroy(e);
 }
 
+/* Every child of a batch, several to a claimed chunk, finds itself
+ * through fanout_current_child(), with its own index and summary slot,
+ * also after a nested run of its own returned; the caller of the batch
+ * finds none once it returns.  Each leaf records what it saw in its
+ * summary: "ok", or what was wrong. */
+#define CUR_N 192u
+
+static int cur_leaf(struct fanout_child *c, void *arg)
+{
+	const char *bad = fanout_current_child() != c ? "not current" :
+			  fanout_child_index(c) != (uintptr_t)arg ?
+							"wrong index" :
+							NULL;
+
+	CHECK(fanout_set_summary(c, bad ? bad : "ok", bad ? strlen(bad) : 2) ==
+	      0);
+	return 0;
+}
+
+static int cur_parent(struct fanout_child *c, void *arg)
+{
+	struct fanout_engine *e = arg;
+	unsigned i = fanout_child_index(c);
+
+	if (i % 32 == 5) { /* a nested run of three on this thread */
+		struct fanout_task t[3] = {{"n0", cur_leaf, (void *)0},
+					   {"n1", cur_leaf, (void *)1},
+					   {"n2", cur_leaf, (void *)2}};
+		struct fanout_batch b = {.tasks = t, .ntasks = 3};
+		struct fanout_event *ev = NULL;
+
+		CHECK(fanout_run(e, &b, &ev) == 0 && ev);
+		for (unsigned k = 0; k < 3; k++)
+			CHECK(strcmp(ev->results[k].summary, "ok") == 0);
+		fanout_event_free(ev);
+	}
+	return cur_leaf(fanout_current_child(), (void *)(uintptr_t)i);
+}
+
+static void child_current_child_each_of_a_batch(void **state)
+{
+	struct fanout_engine *e = eng();
+	struct fanout_task *t = calloc(CUR_N, sizeof(*t));
+	struct fanout_batch b = {.tasks = t, .ntasks = CUR_N};
+	struct fanout_event *ev = NULL;
+
+	assert_non_null(t);
+	for (unsigned i = 0; i < CUR_N; i++)
+		t[i] = (struct fanout_task){"p", cur_parent, e};
+	for (int round = 0; round < 2; round++) {
+		if (round == 0) {
+			assert_int_equal(fanout_run(e, &b, &ev), 0);
+		} else {
+			fanout_id id = 0;
+
+			assert_int_equal(fanout_dispatch(e, &b, &id), 0);
+			assert_true(id != 0);
+			assert_int_equal(
+				fanout_wait(fanout_default_sink(e), &ev, -1),
+				0);
+		}
+		assert_non_null(ev);
+		assert_int_equal(ev->ncompleted, CUR_N);
+		for (unsigned i = 0; i < CUR_N; i++)
+			assert_string_equal(ev->results[i].summary, "ok");
+		fanout_event_free(ev);
+		assert_null(fanout_current_child());
+	}
+	free(t);
+	fanout_destroy(e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -403,6 +475,7 @@ int main(void)
 		TC(child_index_and_id),
 		TC(child_null_handling),
 		TC(child_current_child),
+		TC(child_current_child_each_of_a_batch),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
