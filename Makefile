@@ -31,10 +31,11 @@ BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -g -fPIC -fvisibility=hidden \
 EXTRA_CFLAGS ?=
 
 # Small memsets of a size known at compile time (a record's head, five
-# lines, on every delegation) as unrolled stores, not `rep stos`, whose
-# start-up cost 2.8% of a batch-1 fanout_run (bench/PROFILE.txt phase 18);
-# only where the compiler has the option (gcc on x86).
-MEMSET_OPT := -mmemset-strategy=unrolled_loop:1024:noalign,libcall:-1:noalign
+# lines, on every delegation) as a loop of 16-byte stores, not `rep stos`,
+# whose start-up cost 2.8% of a batch-1 fanout_run, nor 8-byte ones, twice
+# the instructions (bench/PROFILE.txt phases 18 and 19); only where the
+# compiler has the option (gcc on x86).
+MEMSET_OPT := -mmemset-strategy=vector_loop:1024:noalign,libcall:-1:noalign
 MEMSET_STRATEGY := $(shell $(CC) -Werror $(MEMSET_OPT) -E -x c /dev/null \
 	>/dev/null 2>&1 && echo $(MEMSET_OPT))
 CFLAGS_plain := -O2 -DFANOUT_JEMALLOC $(MEMSET_STRATEGY)
