@@ -331,6 +331,9 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 		err = -EBUSY;
 		goto out_active;
 	}
+	/* relaxed: a hint for the waiter's patience (sink.c), on the line
+	 * the hold above just wrote. */
+	atomic_store_explicit(&s->last_ntasks, b->ntasks, memory_order_relaxed);
 	/* Admission: one max_async slot per batch ("Admission" above). */
 	if (!async_admit(e)) {
 		err = -EBUSY;

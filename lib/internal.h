@@ -302,6 +302,9 @@ struct fanout_sink {
 	 * running, or published and queued here); at most max_pending. */
 	_Atomic uint32_t untaken __attribute__((aligned(CACHELINE)));
 	uint32_t max_pending; /* I: fanout_config.max_pending */
+	/* A: ntasks of the batch last dispatched here: a hint for the
+	 * waiter's patience (sink.c), on the line the dispatch writes. */
+	_Atomic uint32_t last_ntasks;
 };
 
 struct fanout_engine {

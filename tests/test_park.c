@@ -126,7 +126,8 @@ static int gated_fn(struct fanout_child *c, void *arg)
  * Patience (lib/sink.c) where nobody is woken: with spinning workers and
  * one batch at a time the waiter is patient at least once (a round whose
  * workers parked meanwhile may not be); with eight events untaken, never.
- * After a wake of the worker on its CPU it is not: see above.
+ * After a wake of the worker on its CPU it is not: see above.  Nor after
+ * a batch of 512 children or more.
  */
 static void waiter_patience(void **state)
 {
@@ -160,6 +161,29 @@ static void waiter_patience(void **state)
 	atomic_store(&gate, 1);
 	for (int i = 0; i < 8; i++)
 		fanout_event_free(must_wait(fanout_default_sink(e)));
+
+	/* One batch of 512 children: one worker alone runs them for longer
+	 * than the patience lasts, so the waiter is not patient; with 511 it
+	 * is.  Child 0 is gated, so that the wait spins and decides. */
+	for (unsigned n = 511; n <= 512; n++) {
+		struct fanout_task *big = calloc(n, sizeof(*big));
+		struct fanout_batch bb = {.tasks = big, .ntasks = n};
+
+		assert_non_null(big);
+		atomic_store(&gate, 0);
+		big[0] = gt;
+		for (unsigned i = 1; i < n; i++)
+			big[i] = t;
+		assert_int_equal(fanout_dispatch(e, &bb, NULL), 0);
+		assert_int_equal(fanout_wait(fanout_default_sink(e), &ev, 1),
+				 -ETIMEDOUT);
+		assert_int_equal(fanout_test_wait_was_patient(), n < 512);
+		atomic_store(&gate, 1);
+		ev = must_wait(fanout_default_sink(e));
+		assert_int_equal(ev->ncompleted, n);
+		fanout_event_free(ev);
+		free(big);
+	}
 	fanout_destroy(e);
 }
 
