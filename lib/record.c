@@ -546,14 +546,25 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 	/* A synchronous record's caller runs in slot 0 (fanout__run_own). */
 	atomic_init(&rec->runner_next, background ? 0 : 1);
 	rec->owned = (uint8_t *)(slots + ntask_slots);
-	memset(rec->owned, 0, n);
+	if (n == 1) /* a batch of one: stores, not calls (also below) */
+		rec->owned[0] = 0;
+	else
+		memset(rec->owned, 0, n);
 	area = (char *)rec->owned + n;
 	/* The tasks in one copy, then their goals pointed at copies of
 	 * their own.  A NULL goal stays NULL (the runners report it as "",
 	 * as for borrowed tasks), so a batch without goals is one memcpy. */
-	if (ntask_slots)
+	if (ntask_slots == 1) {
+		slots[0] = b->tasks[0];
+		if (goals) { /* check_batch sized its one goal: no rescan */
+			memcpy(area, slots[0].goal, goals);
+			slots[0].goal = area;
+			area += goals;
+		}
+	} else if (ntask_slots) {
 		memcpy(slots, b->tasks, ntask_slots * sizeof(*slots));
-	if (goals) {
+	}
+	if (goals && ntask_slots > 1) {
 		const char *prev = NULL, *copy = NULL;
 
 		for (i = 0; i < ntask_slots; i++) {

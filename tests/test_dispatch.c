@@ -89,6 +89,46 @@ static void dispatch_strings_copied(void **state)
 	fanout_destroy(e);
 }
 
+/* The same for a batch of one (rec_alloc copies its goal without a
+ * rescan), with a session key and context beside it so that a goal copy
+ * of the wrong length shows in theirs; and a batch of one without a goal. */
+static void dispatch_one_task_strings_copied(void **state)
+{
+	struct fanout_engine *e = eng2();
+	atomic_int gate = 0;
+	char goal[24] = "the-only-goal", ctx[16] = "ctx-1", key[16] = "key-1";
+	struct probe pr;
+	struct fanout_task t;
+	struct fanout_batch b = {
+		.tasks = &t, .ntasks = 1, .context = ctx, .session_key = key};
+	struct fanout_event *ev;
+
+	memset(&pr, 0, sizeof(pr));
+	pr.gate = &gate;
+	t = (struct fanout_task){goal, probe_fn, &pr};
+	assert_int_equal(fanout_dispatch(e, &b, NULL), 0);
+	memset(goal, 'X', sizeof(goal) - 1);
+	memset(ctx, 'Y', sizeof(ctx) - 1);
+	memset(key, 'Z', sizeof(key) - 1);
+	memset(&t, 0, sizeof(t));
+	atomic_store(&gate, 1);
+	ev = must_wait(fanout_default_sink(e));
+	assert_string_equal(ev->results[0].goal, "the-only-goal");
+	assert_string_equal(ev->context, "ctx-1");
+	assert_string_equal(ev->session_key, "key-1");
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	fanout_event_free(ev);
+
+	t = (struct fanout_task){NULL, probe_fn, &pr};
+	b.context = b.session_key = NULL;
+	assert_int_equal(fanout_run(e, &b, &ev), 0);
+	assert_non_null(ev->results[0].goal);
+	assert_string_equal(ev->results[0].goal, "");
+	assert_int_equal(atomic_load(&pr.runs), 2);
+	fanout_event_free(ev);
+	fanout_destroy(e);
+}
+
 static void dispatch_null_strings(void **state)
 {
 	struct fanout_engine *e = eng2();
@@ -579,6 +619,7 @@ int main(void)
 		TC(dispatch_one_event_per_dispatch),
 		TC(dispatch_null_id_ok),
 		TC(dispatch_strings_copied),
+		TC(dispatch_one_task_strings_copied),
 		TC(dispatch_null_strings),
 		TC(dispatch_summaries_errors_cost),
 		TC(dispatch_status_rules),
