@@ -543,10 +543,13 @@ static bool take_place(struct record *rec);
  * (FANOUT_NO_CHILD_CLOCK) the chunk is timed by two readings, or none when
  * nobody asks or it ends the batch (no next chunk to size).  @from: a tick
  * of this thread the chunk starts at (the dispatch's, for the fanout_run
- * caller's first chunk), or 0 to read one. */
-static void run_chunk(struct record *rec, struct progress_slot *prog,
-		      unsigned i, unsigned end, struct tally *t,
-		      uint64_t *cycles, bool placed, bool force, uint64_t from)
+ * caller's first chunk; the last child's end, for a chunk claimed right
+ * after another), or 0 to read one.  Returns the chunk's end tick with
+ * child clocks (its last child's end), else 0. */
+static uint64_t run_chunk(struct record *rec, struct progress_slot *prog,
+			  unsigned i, unsigned end, struct tally *t,
+			  uint64_t *cycles, bool placed, bool force,
+			  uint64_t from)
 {
 	bool timed = !(rec->e->cfg.flags & FANOUT_NO_CHILD_CLOCK);
 	bool sized = timed || (cycles && end < rec->ntasks);
@@ -608,6 +611,7 @@ static void run_chunk(struct record *rec, struct progress_slot *prog,
 		*cycles = (timed ? clock : sized ? fq_cycles() : start) - start;
 	if (timed && t->ran)
 		t->end_tick = clock; /* after every child this runner ran */
+	return timed ? clock : 0;
 }
 
 /* A runner is through: count what it ran and hand its finished children
@@ -704,24 +708,25 @@ static uint32_t next_chunk(const struct record *rec, uint32_t chunk,
  */
 #define ON_DEMAND_NS 20000
 
-static void add_runners(struct record *rec, uint32_t i, uint32_t end,
+static bool add_runners(struct record *rec, uint32_t i, uint32_t end,
 			uint64_t cycles)
 {
 	uint32_t k;
 
 	/* relaxed: a look; the exchange decides. */
 	if (!atomic_load_explicit(&rec->held, memory_order_relaxed))
-		return;
+		return false;
 	/* relaxed: a hint, as in run_token. */
 	if (!atomic_load_explicit(&rec->deferring, memory_order_relaxed) &&
 	    fq_cycles_to_ns(cycles) * (rec->ntasks - end) <
 		    (uint64_t)ON_DEMAND_NS * (end - i))
-		return;
+		return false;
 	/* relaxed: the exchange only decides who submits; the ring's
 	 * handoff publishes the record to the tokens' runners. */
 	k = atomic_exchange_explicit(&rec->held, 0, memory_order_relaxed);
 	if (k)
 		fq_submit(rec->e->q, &rec->work, k); /* credits held */
+	return k != 0;
 }
 
 /* ------------------------------------------------------------- places */
@@ -853,6 +858,7 @@ static bool run_token(struct record *rec, bool local, bool *ref)
 		if (atomic_load_explicit(&rec->deferring,
 					 memory_order_relaxed)) {
 			chunk = 1;
+			from = 0; /* it may park below: the next child reads */
 			placed = force || take_place(rec);
 			if (!placed) {
 				int parked = park(rec);
@@ -879,9 +885,12 @@ static bool run_token(struct record *rec, bool local, bool *ref)
 		end = n - i < chunk ? n : i + chunk;
 	run:
 		t.handed_back = false;
-		run_chunk(rec, prog, i, end, &t, &cycles, placed && !force,
-			  force, from);
-		from = 0;
+		/* The next chunk's first child starts where this chunk's last
+		 * one ended: one tick read per child boundary, also between
+		 * chunks (claimed right after, unless the runner parks or
+		 * submits runners in between, which reset it). */
+		from = run_chunk(rec, prog, i, end, &t, &cycles,
+				 placed && !force, force, from);
 		if (t.handed_back) {
 			int parked = park(rec);
 
@@ -897,7 +906,8 @@ static bool run_token(struct record *rec, bool local, bool *ref)
 		 * parked tokens come back for them (give_place). */
 		if (end == n)
 			break;
-		add_runners(rec, i, end, cycles);
+		if (add_runners(rec, i, end, cycles))
+			from = 0; /* its kick may have made a system call */
 		chunk = next_chunk(rec, chunk, end, cycles);
 	}
 	return runner_done(rec, prog, &t, local, ref);
@@ -952,7 +962,7 @@ bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *), void *arg)
 	uint32_t n, chunk, i, end;
 	struct tally t = {0, 0, 0, false, 0};
 	bool ref = true; /* the token's reference, or our own */
-	uint64_t cycles;
+	uint64_t cycles, from = 0;
 
 	if (!w)
 		return false;
@@ -975,7 +985,9 @@ bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *), void *arg)
 			break;
 		end = n - i < chunk ? n : i + chunk;
 		t.handed_back = false;
-		run_chunk(rec, NULL, i, end, &t, &cycles, false, false, 0);
+		/* One tick read per child boundary, as in run_token. */
+		from = run_chunk(rec, NULL, i, end, &t, &cycles, false, false,
+				 from);
 		if (end == n)
 			break; /* nothing left to claim */
 		if (t.handed_back || !more(arg)) {
@@ -990,7 +1002,8 @@ bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *), void *arg)
 					w); /* no room in the ring: run the rest */
 			break;
 		}
-		add_runners(rec, i, end, cycles);
+		if (add_runners(rec, i, end, cycles))
+			from = 0; /* as in run_token */
 		chunk = next_chunk(rec, chunk, end, cycles);
 	}
 	runner_done(rec, NULL, &t, false, &ref);
