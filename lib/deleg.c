@@ -412,7 +412,9 @@ static int help_offer(struct record *rec, unsigned extra)
 
 	if (!extra)
 		return -1;
-	slot = fq_offer_open(e->q, &rec->work, extra);
+	/* The dispatch's tick (0 if its stamp read the clock): the offer's
+	 * age starts there, a few hundred ns early at most. */
+	slot = fq_offer_open(e->q, &rec->work, extra, rec->start_tick);
 	if (slot >= 0) {
 		if (fq_spinners(e->q)) {
 			fq_offer_kick(e->q, extra);

@@ -283,7 +283,7 @@ static bool app_cpu_worker(const struct fq_worker *self)
 
 /* --------------------------------------------------------------- offers */
 
-int fq_offer_open(struct fq *q, struct fq_work *w, unsigned n)
+int fq_offer_open(struct fq *q, struct fq_work *w, unsigned n, uint64_t t0)
 {
 	unsigned k;
 
@@ -311,7 +311,7 @@ int fq_offer_open(struct fq *q, struct fq_work *w, unsigned n)
 		      1;
 		/* relaxed: published by the exchange below (argument 7). */
 		atomic_store_explicit(&o->w, w, memory_order_relaxed);
-		atomic_store_explicit(&o->t0, fq_cycles(),
+		atomic_store_explicit(&o->t0, t0 ? t0 : fq_cycles(),
 				      memory_order_relaxed);
 		FQ_HANDOFF_RELEASE(w);
 		/* seq_cst: the release that publishes the item to takers, and

@@ -165,10 +165,12 @@ void fq_submit(struct fq *q, struct fq_work *w, unsigned n);
  * may ever look at the offer, and the caller closes it and submits the
  * tokens to the ring (which wakes parked workers).  fq_offer_close()
  * withdraws the offer and returns how many tokens nobody took; each taken
- * token calls w->fn(w) once, on a worker, like a ring token.
+ * token calls w->fn(w) once, on a worker, like a ring token.  @t0: when
+ * the offer's age starts, an fq_cycles() reading the caller took just
+ * before (one tick read fewer), or 0 to read one.
  */
 #define FQ_OFFER_HOLD_NS 2000
-int fq_offer_open(struct fq *q, struct fq_work *w, unsigned n);
+int fq_offer_open(struct fq *q, struct fq_work *w, unsigned n, uint64_t t0);
 bool fq_spinners(struct fq *q);
 /* After an offer of @n tokens was kept open: wake as many parked workers
  * as the spinners cannot cover, as fq_submit() does for ring tokens
