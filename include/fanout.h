@@ -239,8 +239,9 @@ FANOUT_API const char *fanout_status_name(enum fanout_status st);
  * FANOUT_NO_CHILD_CLOCK - children are not timed: every
  * fanout_result.duration_ns is 0, and no clock is read per child (by
  * default one tick-counter reading per child boundary: the end of one
- * child is the start of the next of the same chunk, and a deferred child's
- * end is read by its finisher).  Runners still read the counter twice per
+ * child is the start of the next one its runner starts, within a chunk
+ * and from one chunk to the next it claims, and a deferred child's end
+ * is read by its finisher).  Runners still read the counter twice per
  * chunk of children they claim (to size the next chunk), and not at all
  * for a chunk that ends the batch.  Events' dispatched_ns/completed_ns,
  * deadlines and everything else are unchanged.  For throughput-bound
@@ -473,7 +474,10 @@ struct fanout_batch {
  *               FANOUT_NO_CHILD_CLOCK).  For
  *               the first child a fanout_run() caller runs itself it
  *               counts from the call's dispatched_ns, so it includes the
- *               call's own set-up after that stamp (tens of ns).
+ *               call's own set-up after that stamp (tens of ns); for the
+ *               first child of a chunk a runner claimed right after
+ *               another, from the previous child's end, so it includes
+ *               the claim (tens of ns).
  * @cost:        sum of the child's fanout_add_cost() calls.
  * @code:        the child's return value (0, or negative errno);
  *               -ECANCELED for a child that never started.
