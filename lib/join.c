@@ -384,7 +384,7 @@ enum fanout_status fanout__set_outcome(struct record *rec, unsigned i,
  * Run child c->index, whose fanout_child @c the chunk has set up (rec, res,
  * t0, placed; pending NULL) and made the thread's current one.  *clock is
  * the time it starts; on return, the time it ended (which is when the
- * next child of the same chunk starts: one reading per child boundary).
+ * next child its runner starts begins: one reading per child boundary).
  * @clock NULL: the engine does not time children (FANOUT_NO_CHILD_CLOCK),
  * no reading at all.  @all: the record's join is FANOUT_JOIN_ALL.
  * Returns false when the child deferred (someone else finishes it), true
@@ -892,7 +892,10 @@ static bool run_token(struct record *rec, bool local, bool *ref)
 		from = run_chunk(rec, prog, i, end, &t, &cycles,
 				 placed && !force, force, from);
 		if (t.handed_back) {
-			int parked = park(rec);
+			int parked;
+
+			from = 0; /* parking: the next child reads afresh */
+			parked = park(rec);
 
 			if (parked > 0)
 				break;
