@@ -331,9 +331,6 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 		err = -EBUSY;
 		goto out_active;
 	}
-	/* relaxed: a hint for the waiter's patience (sink.c), on the line
-	 * the hold above just wrote. */
-	atomic_store_explicit(&s->last_ntasks, b->ntasks, memory_order_relaxed);
 	/* Admission: one max_async slot per batch ("Admission" above). */
 	if (!async_admit(e)) {
 		err = -EBUSY;
@@ -374,6 +371,9 @@ int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
 	if (rec->deadline)
 		fanout__timer_add(e, rec);
 	FANOUT_PROBE_BATCH_SUBMIT(id, b->ntasks, depth);
+	/* relaxed: a hint for the waiter's patience (sink.c), written once
+	 * the dispatch is accepted, on the line its hold wrote. */
+	atomic_store_explicit(&s->last_ntasks, b->ntasks, memory_order_relaxed);
 	fq_submit(e->q, &rec->work, now); /* rec may be gone after this */
 	recheck(e, id, &o);
 	origin_put(&o);
