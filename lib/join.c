@@ -668,7 +668,11 @@ static bool runner_done(struct record *rec, struct progress_slot *prog,
  * Adaptive chunks.  A runner starts with rec->chunk children per claim
  * (about 8 claims per runner, see fanout__chunk_for) and doubles its chunk
  * after each chunk that took less than CHUNK_GROW_NS, up to an even share
- * of what is left; after a slower chunk it goes back to rec->chunk.  Cheap
+ * of what is left among the runners that have started (a token not
+ * running yet - a fanout_run offer a spinner takes only after 2 us -
+ * reserves no share: with one, a fanout_run of 8 to 64 quick children
+ * made up to twice the claims, each with its chunk's set-up); after a
+ * slower chunk it goes back to rec->chunk.  Cheap
  * children then cost a few claims per runner instead of a cross-core
  * transfer of `claim` every few children, while a runner holds at most
  * about 2 x CHUNK_GROW_NS of claimed-but-unstarted children like the ones
@@ -684,11 +688,20 @@ static bool runner_done(struct record *rec, struct progress_slot *prog,
 static uint32_t next_chunk(const struct record *rec, uint32_t chunk,
 			   uint32_t end, uint64_t cycles)
 {
-	uint32_t share = (rec->ntasks - end) / rec->nrunners;
-	uint32_t cap = share > rec->chunk ? share : rec->chunk;
+	/* relaxed: a count of the runners that took a progress slot (a
+	 * synchronous record's caller holds slot 0, so it starts at 1); a
+	 * hint for the share, on the line the next claim writes anyway. */
+	uint32_t active =
+		atomic_load_explicit(&rec->runner_next, memory_order_relaxed);
+	uint32_t share, cap;
 
 	if (fq_cycles_to_ns(cycles) >= CHUNK_GROW_NS)
 		return rec->chunk; /* slow children: back to the minimum */
+	active = active < 1		? 1 :
+		 active > rec->nrunners ? rec->nrunners :
+					  active;
+	share = (rec->ntasks - end) / active;
+	cap = share > rec->chunk ? share : rec->chunk;
 	chunk *= 2;
 	return chunk < cap ? chunk : cap;
 }

@@ -672,6 +672,65 @@ static void sibling_runs_elsewhere(uint64_t spin_ns, bool offered)
 	fanout_destroy(e);
 }
 
+/*
+ * Adaptive chunks (lib/join.c): a runner claims at most twice what it just
+ * ran, also while it is the only runner that has started (a fanout_run
+ * caller before a spinner takes its offer: such a token reserves no
+ * share).  64 children, 2 spinning workers: the caller's first chunk is
+ * [0, 4) (fanout__chunk_for), whose children return at once; every later
+ * child waits until a child has started on another thread.  So the
+ * caller blocks inside [4, 12) at most, and the first child a worker
+ * starts has an index of 12 or less; a claim of everything would leave
+ * the worker nothing to start and time the children out.
+ */
+struct claim_gate {
+	pthread_t caller;
+	atomic_int elsewhere;	    /* children started off the caller */
+	atomic_int first_elsewhere; /* lowest such index, or 64 */
+};
+
+static int gated_after_first_chunk(struct fanout_child *c, void *arg)
+{
+	struct claim_gate *g = arg;
+	int i = (int)fanout_child_index(c), m;
+
+	if (!pthread_equal(pthread_self(), g->caller)) {
+		m = atomic_load(&g->first_elsewhere);
+		while (i < m && !atomic_compare_exchange_weak(
+					&g->first_elsewhere, &m, i))
+			;
+		atomic_fetch_add(&g->elsewhere, 1);
+	}
+	if (i < 4)
+		return 0;
+	return wait_ge(&g->elsewhere, 1, WAIT_MS) ? 0 : -ETIMEDOUT;
+}
+
+static void run_claims_at_most_twice_what_ran(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN,
+			   .spin_ns = 1000000000ull);
+
+	for (int round = 0; round < 5; round++) {
+		struct claim_gate g = {.caller = pthread_self()};
+		struct fanout_task t[64];
+		struct fanout_batch b = {.tasks = t, .ntasks = 64};
+		struct fanout_event *ev = NULL;
+
+		atomic_init(&g.elsewhere, 0);
+		atomic_init(&g.first_elsewhere, 64);
+		for (int i = 0; i < 64; i++)
+			t[i] = (struct fanout_task){
+				"g", gated_after_first_chunk, &g};
+		assert_int_equal(fanout_run(e, &b, &ev), 0);
+		assert_int_equal(ev->ncompleted, 64);
+		assert_true(atomic_load(&g.first_elsewhere) <= 12);
+		fanout_event_free(ev);
+	}
+	fanout_destroy(e);
+}
+
 static void run_offer_taken_by_spinner(void **state)
 {
 	sibling_runs_elsewhere(1000000000ull, true);
@@ -822,6 +881,7 @@ int main(void)
 		TC(run_ignores_max_async),
 		TC(run_child_dispatches_background),
 		TC(run_offer_taken_by_spinner),
+		TC(run_claims_at_most_twice_what_ran),
 		TC(run_tokens_wake_parked_workers),
 		TC(run_offers_under_churn),
 		TC(run_rendezvous_batch_gets_all_workers),
