@@ -157,6 +157,8 @@ struct fanout_pending {
  * token; the last put frees the block after an RCU grace period, so
  * lookups that still see it in the table read valid memory.
  */
+struct slot_chunk;
+
 struct record {
 	/* Line 0 holds what the runners and a lookup of a finished record
 	 * read (table.c, snapshot()), so such a lookup misses on it, `state`
@@ -172,6 +174,8 @@ struct record {
 	const char *session_key;	/* I */
 	uint64_t dispatched_ns;		/* I */
 	struct fanout_sink *sink;	/* I: NULL for synchronous runs */
+	struct slot_chunk *tchunk;	/* I: the table slot's chunk, */
+	uint32_t tslot;			/* I: and the slot (table.c) */
 	size_t alloc_size;		/* I */
 	struct fanout_task *tasks;	/* I: copied or borrowed */
 	uint8_t *owned;			/* C: per child, OWN_* bits */
