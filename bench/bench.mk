@@ -153,5 +153,10 @@ build/plain/ab: bench/ab.c build/plain/libfanout.a include/fanout.h
 build/plain/abdl: bench/abdl.c include/fanout.h
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude $< -ldl -o $@
 
+# bench/latab.c: the hot single-child latency tail of such builds, with
+# parked phases in between as in fanout-bench (PROFILE.txt phase 20).
+build/plain/latab: bench/latab.c include/fanout.h
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude $< -ldl -o $@
+
 .PHONY: bench-ab
-bench-ab: build/plain/ab build/plain/abdl
+bench-ab: build/plain/ab build/plain/abdl build/plain/latab

@@ -389,10 +389,15 @@ static int wait_help(struct waiter *w)
  * the event is later than that (a long batch, which the other worker
  * then shares).  A pipelining waiter (16 batches in flight) stays as it
  * was: its ring holds other delegations' tokens, and patience measured
- * 10-20% slower there.  So does a waiter whose dispatch woke the worker
- * pinned to its CPU (fq.c, wake()): that worker waits for this very CPU,
- * and patience cost the parked single child ~4 us.  bench/PROFILE.txt,
- * phase 10.  So does a waiter whose sink's last batch had
+ * 10-20% slower there.  So does a waiter whose dispatch had to wake a
+ * worker (fq.c, wake()): no worker was spinning to take it.  If it woke
+ * the worker pinned to its CPU, that worker waits for this very CPU, and
+ * patience cost the parked single child ~4 us (bench/PROFILE.txt, phase
+ * 10).  If it woke the other CPU's, that one runs tens of us later on a
+ * VM (an IPI to a halted vCPU), and meanwhile only the worker on this CPU
+ * can take the token, once we yield: the first hot dispatches after the
+ * workers parked cost ~10 us each with patience, ~4.5 us without (phase
+ * 20).  So does a waiter whose sink's last batch had
  * WAIT_PATIENT_NTASKS children or more: one worker alone runs them for
  * longer than the patience even when they return at once (~10 ns a
  * child), so the patience only kept the worker on the waiter's CPU from
@@ -480,7 +485,7 @@ int fanout_wait(struct fanout_sink *s, struct fanout_event **ev, int timeout_ms)
 		    WAIT_PATIENT_UNTAKEN &&
 	    atomic_load_explicit(&s->last_ntasks, memory_order_relaxed) <
 		    WAIT_PATIENT_NTASKS &&
-	    !fq_woke_here())
+	    !fq_woke_worker())
 		w.yield_from = now + WAIT_PATIENCE_NS;
 	tls_patient = w.yield_from != 0; /* only a wait that spins writes it */
 	while (!(rec = take(s))) {

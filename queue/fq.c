@@ -221,8 +221,9 @@ struct fq_offer {
 
 static FQ_TLS struct fq_worker *tls_self;
 static FQ_TLS unsigned tls_offer_hint; /* where this thread last offered */
-/* This thread's last wake() woke the worker pinned to its own CPU. */
-static FQ_TLS bool tls_woke_here;
+/* This thread's last kick() had to wake a worker: none was spinning
+ * where it could take the tokens (fq_woke_worker()). */
+static FQ_TLS bool tls_woke;
 _Atomic long fq__fail_thread_at;
 
 /*
@@ -726,8 +727,8 @@ static void wake(struct fq *q, unsigned n, int cpu)
 				worker_bit(wk));
 		if (woken < 0)
 			woken = 0;
-		tls_woke_here = woken > 0;
 	}
+	tls_woke = true;
 	if ((unsigned long)woken < n)
 		futex(&q->idle.seq, FUTEX_WAKE_PRIVATE,
 		      (uint32_t)(n - (unsigned long)woken), NULL);
@@ -1204,11 +1205,11 @@ bool fq_pending(const struct fq *q)
 	return ck_ring_size(&q->ring) != 0;
 }
 
-bool fq_woke_here(void)
+bool fq_woke_worker(void)
 {
-	bool woke = tls_woke_here;
+	bool woke = tls_woke;
 
-	tls_woke_here = false;
+	tls_woke = false;
 	return woke;
 }
 

@@ -193,10 +193,12 @@ struct fq_work *fq_help_take(struct fq *q);
 void fq_tail(struct fq *q);
 /* Whether tokens wait in the ring (a relaxed hint for a helper's spin). */
 bool fq_pending(const struct fq *q);
-/* Whether this thread's last wake that looked for the worker pinned to
- * its CPU woke it (that worker then waits for this CPU); reading it
- * clears it.  A hint for a waiter's patience (lib/sink.c). */
-bool fq_woke_here(void);
+/* Whether this thread's last submit had to wake a parked worker (no
+ * counted spinner covered its tokens): the worker pinned to this thread's
+ * CPU, which then waits for this CPU, or another, which on a virtual
+ * machine runs tens of us later.  Reading it clears it.  A hint for a
+ * waiter's patience (lib/sink.c). */
+bool fq_woke_worker(void);
 
 uint64_t fq_spin_ns(const struct fq *q);
 /* Index of the calling worker thread of @q, or -1 if it is not one. */

@@ -187,6 +187,57 @@ static void waiter_patience(void **state)
 	fanout_destroy(e);
 }
 
+/*
+ * A dispatch that had to wake a parked worker on ANOTHER CPU leaves the
+ * waiter impatient too (lib/sink.c, "Patience"): only the worker on the
+ * waiter's own CPU could take the token before the woken one runs (tens
+ * of us later on a VM).  One worker, pinned to one CPU; the dispatching
+ * thread pinned to another, so the wake is never the local one.  The
+ * child is gated, so that the wait spins and decides (and times out).
+ * Without the rule the waiter was patient in every round.
+ */
+static void remote_wake_makes_waiter_impatient(void **state)
+{
+	enum { ROUNDS = 6 };
+	struct fanout_engine *e;
+	struct fanout_worker_stats ws;
+	atomic_int gate;
+	struct fanout_task gt = {"gated", gated_fn, &gate};
+	struct fanout_batch g = {.tasks = &gt, .ntasks = 1};
+	struct fanout_event *ev;
+	cpu_set_t saved;
+	int other = -1;
+
+	assert_int_equal(
+		pthread_getaffinity_np(pthread_self(), sizeof(saved), &saved),
+		0);
+	if (CPU_COUNT(&saved) < 2)
+		skip();
+	e = NEW_ENGINE(.workers = 1, .spin_ns = 1000);
+	assert_int_equal(fanout_worker_stats(e, 0, &ws), 0);
+	assert_true(ws.cpu >= 0);
+	for (int c = 0; c < CPU_SETSIZE && other < 0; c++)
+		if (CPU_ISSET(c, &saved) && c != ws.cpu)
+			other = c;
+	assert_true(other >= 0 && pin_self(other));
+	for (int r = 0; r < ROUNDS; r++) {
+		atomic_store(&gate, 0);
+		wait_all_parked(e, 1);
+		assert_int_equal(fanout_dispatch(e, &g, NULL), 0);
+		assert_int_equal(fanout_wait(fanout_default_sink(e), &ev, 1),
+				 -ETIMEDOUT);
+		assert_false(fanout_test_wait_was_patient());
+		atomic_store(&gate, 1);
+		ev = must_wait(fanout_default_sink(e));
+		assert_int_equal(ev->ncompleted, 1);
+		fanout_event_free(ev);
+	}
+	assert_int_equal(
+		pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved),
+		0);
+	fanout_destroy(e);
+}
+
 struct meet {
 	atomic_int arrived;
 	atomic_int timed_out;
@@ -244,6 +295,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		TC(park_wake_prefers_dispatchers_cpu),
 		TC(waiter_patience),
+		TC(remote_wake_makes_waiter_impatient),
 		TC(park_batch_wakes_enough),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
