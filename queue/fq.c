@@ -221,7 +221,7 @@ struct fq_offer {
 
 static FQ_TLS struct fq_worker *tls_self;
 static FQ_TLS unsigned tls_offer_hint; /* where this thread last offered */
-/* This thread's last kick() had to wake a worker: none was spinning
+/* This thread's last fq_submit() had to wake a worker: none was spinning
  * where it could take the tokens (fq_woke_worker()). */
 static FQ_TLS bool tls_woke;
 _Atomic long fq__fail_thread_at;
@@ -728,7 +728,6 @@ static void wake(struct fq *q, unsigned n, int cpu)
 		if (woken < 0)
 			woken = 0;
 	}
-	tls_woke = true;
 	if ((unsigned long)woken < n)
 		futex(&q->idle.seq, FUTEX_WAKE_PRIVATE,
 		      (uint32_t)(n - (unsigned long)woken), NULL);
@@ -746,20 +745,22 @@ static void wake(struct fq *q, unsigned n, int cpu)
  * worker reads (the eventcount's line stays shared, untransferred).  Else
  * the seq_cst load of `waiters` (P3) and, only if somebody waits, the
  * seq_cst increment of `seq` (P2) and the wake: argument 2, pairing with
- * fq_ec_prepare().
+ * fq_ec_prepare().  Returns whether it woke a sleeper (for fq_submit's
+ * caller's patience: fq_woke_worker()).
  */
-static void kick(struct fq *q, unsigned n, int cpu)
+static bool kick(struct fq *q, unsigned n, int cpu)
 {
 	unsigned spinners, waiters;
 
 	atomic_thread_fence(memory_order_seq_cst);
 	spinners = atomic_load_explicit(&q->spinning, memory_order_seq_cst);
 	if (n <= spinners)
-		return;
+		return false;
 	waiters = ec_bump_if_waiters(&q->idle);
 	/* Waking every sleeper anyway: no need to pick one first. */
 	if (waiters)
 		wake(q, n - spinners, n - spinners >= waiters ? -1 : cpu);
+	return waiters != 0;
 }
 
 void fq_submit(struct fq *q, struct fq_work *w, unsigned n)
@@ -775,7 +776,7 @@ void fq_submit(struct fq *q, struct fq_work *w, unsigned n)
 	for (i = 0; i < n; i++) {
 		ring_put(q, w);
 	}
-	kick(q, n, cpu);
+	tls_woke = kick(q, n, cpu);
 }
 
 /* --------------------------------------------------------------- workers */
