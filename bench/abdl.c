@@ -28,9 +28,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <fanout.h>
+#include "dlfanout.h"
 
-#include <dlfcn.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,18 +41,8 @@
 #define STEP 256 /* calls between two clock reads */
 
 struct lib {
-	const char *path;
-	int (*create)(const struct fanout_config *, struct fanout_engine **);
-	void (*destroy)(struct fanout_engine *);
-	int (*run)(struct fanout_engine *, const struct fanout_batch *,
-		   struct fanout_event **);
-	int (*dispatch)(struct fanout_engine *, const struct fanout_batch *,
-			fanout_id *);
-	int (*wait)(struct fanout_sink *, struct fanout_event **, int);
-	struct fanout_sink *(*sink)(struct fanout_engine *);
-	void (*event_free)(struct fanout_event *);
+	struct dlfanout f;
 	struct fanout_engine *e;
-	unsigned flags; /* fanout_config.flags: LIB.so@FLAGS, else AB_FLAGS */
 	double rate[MAX_SLICES];
 };
 
@@ -95,38 +84,6 @@ static int env_int(const char *name, int dflt)
 	return s ? atoi(s) : dflt;
 }
 
-static int load(struct lib *l, char *path, unsigned flags)
-{
-	char *at = strrchr(path, '@');
-	void *h;
-
-	l->flags = flags;
-	if (at) { /* LIB.so@FLAGS: this library's engine gets FLAGS */
-		*at = '\0';
-		l->flags = (unsigned)strtoul(at + 1, NULL, 0);
-	}
-	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-
-	if (!h) {
-		fprintf(stderr, "abdl: %s\n", dlerror());
-		return -1;
-	}
-	l->path = path;
-	*(void **)&l->create = dlsym(h, "fanout_create");
-	*(void **)&l->destroy = dlsym(h, "fanout_destroy");
-	*(void **)&l->run = dlsym(h, "fanout_run");
-	*(void **)&l->dispatch = dlsym(h, "fanout_dispatch");
-	*(void **)&l->wait = dlsym(h, "fanout_wait");
-	*(void **)&l->sink = dlsym(h, "fanout_default_sink");
-	*(void **)&l->event_free = dlsym(h, "fanout_event_free");
-	if (!l->create || !l->destroy || !l->run || !l->dispatch || !l->wait ||
-	    !l->sink || !l->event_free) {
-		fprintf(stderr, "abdl: %s lacks the API\n", path);
-		return -1;
-	}
-	return 0;
-}
-
 /* One slice of @secs on @l; the rate in M children/s, or < 0 on failure. */
 static double slice(struct lib *l, const struct fanout_batch *b, unsigned k,
 		    double secs)
@@ -139,27 +96,28 @@ static double slice(struct lib *l, const struct fanout_batch *b, unsigned k,
 	do {
 		for (int i = 0; i < STEP; i++) {
 			if (!k) {
-				if (l->run(l->e, b, &ev) || ev->ncompleted != n)
+				if (l->f.run(l->e, b, &ev) ||
+				    ev->ncompleted != n)
 					return -1;
-				l->event_free(ev);
+				l->f.event_free(ev);
 				continue;
 			}
 			for (; live < k; live++)
-				if (l->dispatch(l->e, b, NULL))
+				if (l->f.dispatch(l->e, b, NULL))
 					return -1;
-			if (l->wait(l->sink(l->e), &ev, -1) ||
+			if (l->f.wait(l->f.sink(l->e), &ev, -1) ||
 			    ev->ncompleted != n)
 				return -1;
-			l->event_free(ev);
+			l->f.event_free(ev);
 			live--;
 		}
 		calls += STEP;
 		t1 = now_s();
 	} while (t1 - t0 < secs);
 	for (; live; live--) {
-		if (l->wait(l->sink(l->e), &ev, -1) || ev->ncompleted != n)
+		if (l->f.wait(l->f.sink(l->e), &ev, -1) || ev->ncompleted != n)
 			return -1;
-		l->event_free(ev);
+		l->f.event_free(ev);
 	}
 	return (double)calls * n / (t1 - t0) / 1e6;
 }
@@ -176,7 +134,8 @@ int main(int argc, char **argv)
 	unsigned n, k = 0;
 
 	for (i = 1; i < argc && strcmp(argv[i], "--"); i++)
-		if (nl == MAX_LIBS || load(&libs[nl++], argv[i], cfg.flags))
+		if (nl == MAX_LIBS ||
+		    dlfanout_load(&libs[nl++].f, argv[i], cfg.flags, "abdl"))
 			return 2;
 	if (!nl || argc - i < 3 || slices < 1 || slices > MAX_SLICES ||
 	    (strcmp(argv[i + 1], "run") && strcmp(argv[i + 1], "bg"))) {
@@ -195,8 +154,8 @@ int main(int argc, char **argv)
 	struct fanout_batch b = {.tasks = t, .ntasks = n};
 
 	for (i = 0; i < nl; i++)
-		if ((cfg.flags = libs[i].flags,
-		     libs[i].create(&cfg, &libs[i].e))) {
+		if ((cfg.flags = libs[i].f.flags,
+		     libs[i].f.create(&cfg, &libs[i].e))) {
 			fprintf(stderr, "abdl: fanout_create failed\n");
 			return 1;
 		}
@@ -214,7 +173,7 @@ int main(int argc, char **argv)
 
 			if (v < 0) {
 				fprintf(stderr, "abdl: %s: a call failed\n",
-					l->path);
+					l->f.path);
 				return 1;
 			}
 			if (r) /* round 0 warms up */
@@ -227,9 +186,9 @@ int main(int argc, char **argv)
 			ratio[r] = libs[i].rate[r] / libs[0].rate[r];
 		printf("%-36s flags %-3u median %7.2fM/s  ratio to the "
 		       "first %.3f\n",
-		       libs[i].path, libs[i].flags,
+		       libs[i].f.path, libs[i].f.flags,
 		       median(libs[i].rate, slices), median(ratio, slices));
-		libs[i].destroy(libs[i].e);
+		libs[i].f.destroy(libs[i].e);
 	}
 	return 0;
 }

@@ -150,12 +150,12 @@ build/plain/ab: bench/ab.c build/plain/libfanout.a include/fanout.h
 
 # bench/abdl.c: builds of libfanout.so compared inside one process
 # (bench/PROFILE.txt phase 18); it links no fanout, it dlopen()s them.
-build/plain/abdl: bench/abdl.c include/fanout.h
+build/plain/abdl: bench/abdl.c bench/dlfanout.h include/fanout.h
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude $< -ldl -o $@
 
 # bench/latab.c: the hot single-child latency tail of such builds, with
 # parked phases in between as in fanout-bench (PROFILE.txt phase 20).
-build/plain/latab: bench/latab.c include/fanout.h
+build/plain/latab: bench/latab.c bench/dlfanout.h include/fanout.h
 	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Iinclude $< -ldl -o $@
 
 .PHONY: bench-ab

@@ -22,9 +22,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <fanout.h>
+#include "dlfanout.h"
 
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,16 +33,8 @@
 #define MAX_LIBS 8
 
 struct lib {
-	const char *path;
-	int (*create)(const struct fanout_config *, struct fanout_engine **);
-	void (*destroy)(struct fanout_engine *);
-	int (*dispatch)(struct fanout_engine *, const struct fanout_batch *,
-			fanout_id *);
-	int (*wait)(struct fanout_sink *, struct fanout_event **, int);
-	struct fanout_sink *(*sink)(struct fanout_engine *);
-	void (*event_free)(struct fanout_event *);
+	struct dlfanout f;
 	struct fanout_engine *e;
-	unsigned flags;
 	uint64_t *hot; /* ns */
 	size_t nhot;
 };
@@ -77,35 +68,6 @@ static int env_int(const char *name, int dflt)
 	return s ? atoi(s) : dflt;
 }
 
-static int load(struct lib *l, char *path)
-{
-	char *at = strrchr(path, '@');
-	void *h;
-
-	if (at) {
-		*at = '\0';
-		l->flags = (unsigned)strtoul(at + 1, NULL, 0);
-	}
-	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
-		fprintf(stderr, "latab: %s\n", dlerror());
-		return -1;
-	}
-	l->path = path;
-	*(void **)&l->create = dlsym(h, "fanout_create");
-	*(void **)&l->destroy = dlsym(h, "fanout_destroy");
-	*(void **)&l->dispatch = dlsym(h, "fanout_dispatch");
-	*(void **)&l->wait = dlsym(h, "fanout_wait");
-	*(void **)&l->sink = dlsym(h, "fanout_default_sink");
-	*(void **)&l->event_free = dlsym(h, "fanout_event_free");
-	if (!l->create || !l->destroy || !l->dispatch || !l->wait || !l->sink ||
-	    !l->event_free) {
-		fprintf(stderr, "latab: %s lacks the API\n", path);
-		return -1;
-	}
-	return 0;
-}
-
 /* One sample: dispatch one no-op child, wait for its event.  The time in
  * ns, or 0 on failure. */
 static uint64_t sample(struct lib *l, const struct fanout_batch *b)
@@ -113,11 +75,11 @@ static uint64_t sample(struct lib *l, const struct fanout_batch *b)
 	struct fanout_event *ev = NULL;
 	uint64_t t0 = now_ns(), t1;
 
-	if (l->dispatch(l->e, b, NULL) || l->wait(l->sink(l->e), &ev, 10000) ||
-	    !ev || ev->nresults != 1)
+	if (l->f.dispatch(l->e, b, NULL) ||
+	    l->f.wait(l->f.sink(l->e), &ev, 10000) || !ev || ev->nresults != 1)
 		return 0;
 	t1 = now_ns();
-	l->event_free(ev);
+	l->f.event_free(ev);
 	return t1 > t0 ? t1 - t0 : 1;
 }
 
@@ -148,13 +110,14 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nlibs; i++) {
 		struct fanout_config cfg = {.workers = 2};
 
-		if (load(&libs[i], argv[i + 1]))
+		if (dlfanout_load(&libs[i].f, argv[i + 1], 0, "latab"))
 			return 1;
-		cfg.flags = libs[i].flags;
+		cfg.flags = libs[i].f.flags;
 		libs[i].hot =
 			calloc((size_t)rounds * (size_t)nhot, sizeof(uint64_t));
-		if (!libs[i].hot || libs[i].create(&cfg, &libs[i].e)) {
-			fprintf(stderr, "latab: %s: no engine\n", libs[i].path);
+		if (!libs[i].hot || libs[i].f.create(&cfg, &libs[i].e)) {
+			fprintf(stderr, "latab: %s: no engine\n",
+				libs[i].f.path);
 			return 1;
 		}
 	}
@@ -185,12 +148,12 @@ int main(int argc, char **argv)
 		qsort(l->hot, l->nhot, sizeof(uint64_t), cmp);
 		printf("%-28s hot p50 %6.2f p90 %6.2f p99 %6.2f p999 %7.2f us"
 		       "  p999/p50 %6.1fx  over 3 us %zu of %zu\n",
-		       l->path, q(l->hot, l->nhot, 0.5),
+		       l->f.path, q(l->hot, l->nhot, 0.5),
 		       q(l->hot, l->nhot, 0.9), q(l->hot, l->nhot, 0.99),
 		       q(l->hot, l->nhot, 0.999),
 		       q(l->hot, l->nhot, 0.999) / q(l->hot, l->nhot, 0.5),
 		       slow, l->nhot);
-		l->destroy(l->e);
+		l->f.destroy(l->e);
 		free(l->hot);
 	}
 	return 0;
