@@ -19,11 +19,11 @@
  * is visible (table_reserve, which may fail with -ENOMEM: the dispatch is
  * then refused with nothing done), stores the record pointer (insert,
  * release) and sets the slot's bit in its chunk's `used` map; eviction
- * clears the bit and the pointer and pushes the slot back. The
- * record keeps its slot and the slot's chunk (rec->tslot, rec->tchunk), so
- * the insert, the tomb and the event's free need not derive them from the
- * id (the key's and the chunk array's loads; 25 instructions fewer a
- * batch-1 fanout_run, bench/PROFILE.txt phase 20).
+ * clears the bit and the pointer and pushes the slot back.  The record
+ * keeps its slot and the slot's chunk (rec->tslot, rec->tchunk), so the
+ * insert, the tomb and the event's free need not derive them from the id
+ * (the key's and the chunk array's loads; 25 instructions fewer a batch-1
+ * fanout_run, bench/PROFILE.txt phase 20).
  *
  * Slot cache.  A thread keeps up to TSTAT_SLOTS free slots of its own in
  * its per-thread block (engine.c, "Per-thread counters"): eviction puts the
@@ -344,7 +344,6 @@ void fanout__table_insert(struct fanout_engine *e, struct record *rec)
 	struct slot_chunk *c = rec->tchunk;
 	unsigned i = rec->tslot & (CHUNK - 1);
 
-	(void)e;
 	FQ_HANDOFF_RELEASE(rec);
 	/* release: a reader that loads the pointer sees the record. */
 	atomic_store_explicit(&c->rec[i], rec, memory_order_release);
