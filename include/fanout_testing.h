@@ -83,7 +83,7 @@ FANOUT_API uint64_t fanout_test_offers_taken(struct fanout_engine *e);
  * fanout_test_wait_was_patient() - whether the calling thread's last
  * fanout_wait() that had to spin did so with patience: no yield in its
  * first microseconds, for a waiter with at most two events untaken whose
- * own dispatch did not just wake the worker pinned to its CPU, and whose
+ * own last dispatch did not have to wake a parked worker, and whose
  * sink's last batch had fewer than 512 children (lib/sink.c,
  * "Patience").  A wait that finds its event at once leaves it as it was.
  */

@@ -390,7 +390,7 @@ static int wait_help(struct waiter *w)
  * then shares).  A pipelining waiter (16 batches in flight) stays as it
  * was: its ring holds other delegations' tokens, and patience measured
  * 10-20% slower there.  So does a waiter whose dispatch had to wake a
- * worker (fq.c, wake()): no worker was spinning to take it.  If it woke
+ * worker (fq.c, kick()): no worker was spinning to take it.  If it woke
  * the worker pinned to its CPU, that worker waits for this very CPU, and
  * patience cost the parked single child ~4 us (bench/PROFILE.txt, phase
  * 10).  If it woke the other CPU's, that one runs tens of us later on a
