@@ -238,6 +238,10 @@ struct record {
 	 * clock reading; a fanout_run caller's first child starts there
 	 * (join.c, run_token; 0: it reads its own). */
 	uint64_t start_tick;
+	/* A: a fanout_run caller that found no max_children place sleeps
+	 * here until a place is given back (join.c, "Places"); written only
+	 * by records whose children defer. */
+	struct fq_ec place_ec;
 
 	/* Hot: every child of the batch touches these; own line. */
 	_Atomic uint32_t claim __attribute__((aligned(CACHELINE))); /* A */

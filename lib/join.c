@@ -533,6 +533,22 @@ static bool take_leftover(struct record *rec, uint32_t *lo, uint32_t *hi)
 	return true;
 }
 
+/*
+ * Whether handed-back ranges are waiting, for a runner that took one
+ * (take_leftover) and is about to leave.  take_leftover empties the list
+ * for a moment before it pushes back the ranges it does not keep; a
+ * give_place that looks in that moment, with every index claimed,
+ * releases its parked token instead of resubmitting it.  The taker is
+ * alive and pushed them back itself, so it looks again before it leaves
+ * and goes back for them (a place, or a parked token of its own).
+ * relaxed: it reads its own push, or a later change of the list.
+ */
+static bool leftovers_left(struct record *rec)
+{
+	return atomic_load_explicit(&rec->leftovers, memory_order_relaxed) !=
+	       NULL;
+}
+
 static bool take_place(struct record *rec);
 
 /* Run the claimed chunk [i, end): children not started when a cancel
@@ -775,6 +791,9 @@ void fanout__give_place(struct record *rec)
 {
 	/* seq_cst: the store of the "Places" pair with park(). */
 	atomic_fetch_sub_explicit(&rec->places, 1, memory_order_seq_cst);
+	/* A fanout_run caller may sleep for a place (wait_place): the RMW
+	 * above is P1 of fq_ec_signal_after_rmw (fq.h). */
+	fq_ec_signal_after_rmw(&rec->place_ec, 1);
 	if (!take_parked(rec))
 		return;
 	/* relaxed: hints; a token that finds nothing to claim just leaves,
@@ -827,6 +846,35 @@ static int park(struct record *rec)
 	return 1;
 }
 
+/* The fanout_run caller found no place: sleep until a place is given back
+ * (give_place signals after every give-back; a spurious wake-up only
+ * makes the caller look again).  No lost wake-up: argument 2 of fq.c,
+ * with the re-check of `places` as W3 and give_place's RMW on it as P1. */
+static void wait_place(struct record *rec)
+{
+	uint32_t v = fq_ec_prepare(&rec->place_ec);
+
+	/* seq_cst: W3, after the announcement (see above). */
+	if (atomic_load_explicit(&rec->places, memory_order_seq_cst) >=
+	    rec->e->cfg.max_children)
+		fq_ec_wait(&rec->place_ec, v, 0);
+	fq_ec_done(&rec->place_ec);
+}
+
+/* No place for the next child.  A ring token parks (park(), whose return
+ * this is); the fanout_run caller (@local) waits for a place on its own
+ * thread and tries again (0).  A parked token of the caller's could only
+ * be run by a worker, and when the fanout_run is nested in a child every
+ * worker may be such a caller (with one worker, always): nobody would run
+ * it, and the nested run would never return. */
+static int no_place(struct record *rec, bool local)
+{
+	if (!local)
+		return park(rec);
+	wait_place(rec);
+	return 0;
+}
+
 /* One runner: a ring token, or (@local) the fanout_run caller.  It takes
  * chunks until none is left, then hands everything it finished to the
  * join counter in ONE subtraction, so `remaining` is touched once per
@@ -845,6 +893,9 @@ static bool run_token(struct record *rec, bool local, bool *ref)
 		slot < rec->nrunners ? &rec->progress[slot] : NULL;
 	struct tally t = {0, 0, 0, false, 0};
 	bool force = false, first = local;
+	/* took: this runner took a leftover range (take_leftover empties the
+	 * list for a moment); recheck: go back for ranges still there. */
+	bool took = false, recheck = false;
 	uint64_t cycles, from = 0;
 	uint32_t end;
 
@@ -868,13 +919,14 @@ static bool run_token(struct record *rec, bool local, bool *ref)
 			break;
 		/* relaxed: set once by fanout_defer; a stale false costs one
 		 * chunk claimed whole, whose rest run_chunk hands back. */
-		if (atomic_load_explicit(&rec->deferring,
-					 memory_order_relaxed)) {
+		if (recheck || atomic_load_explicit(&rec->deferring,
+						    memory_order_relaxed)) {
+			recheck = false;
 			chunk = 1;
 			from = 0; /* it may park below: the next child reads */
 			placed = force || take_place(rec);
 			if (!placed) {
-				int parked = park(rec);
+				int parked = no_place(rec, local);
 
 				if (parked > 0)
 					break; /* resubmitted on a place */
@@ -882,8 +934,10 @@ static bool run_token(struct record *rec, bool local, bool *ref)
 					continue; /* a place came free */
 				force = true; /* no ring credit: run unplaced */
 			}
-			if (take_leftover(rec, &i, &end))
+			if (take_leftover(rec, &i, &end)) {
+				took = true;
 				goto run;
+			}
 		}
 		/* relaxed: ownership comes from the RMW's total order on
 		 * `claim`; the task slots were published by the ring handoff
@@ -893,6 +947,10 @@ static bool run_token(struct record *rec, bool local, bool *ref)
 		if (i >= n) {
 			if (placed && !force)
 				fanout__give_place(rec);
+			if (took && leftovers_left(rec)) {
+				recheck = true;
+				continue;
+			}
 			break;
 		}
 		end = n - i < chunk ? n : i + chunk;
@@ -908,7 +966,7 @@ static bool run_token(struct record *rec, bool local, bool *ref)
 			int parked;
 
 			from = 0; /* parking: the next child reads afresh */
-			parked = park(rec);
+			parked = no_place(rec, local);
 
 			if (parked > 0)
 				break;
@@ -919,9 +977,15 @@ static bool run_token(struct record *rec, bool local, bool *ref)
 		/* The claim reached the end: another claim would only say so
 		 * (one RMW per runner saved, as in fanout__help_step).  Ranges
 		 * handed back by others are not ours to wait for: their
-		 * parked tokens come back for them (give_place). */
-		if (end == n)
+		 * parked tokens come back for them (give_place).  Unless we
+		 * took one: see leftovers_left(). */
+		if (end == n) {
+			if (took && leftovers_left(rec)) {
+				recheck = true;
+				continue;
+			}
 			break;
+		}
 		if (add_runners(rec, i, end, cycles))
 			from = 0; /* its kick may have made a system call */
 		chunk = next_chunk(rec, chunk, end, cycles);
@@ -1004,8 +1068,13 @@ bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *), void *arg)
 		/* One tick read per child boundary, as in run_token. */
 		from = run_chunk(rec, NULL, i, end, &t, &cycles, false, false,
 				 from);
-		if (end == n)
-			break; /* nothing left to claim */
+		/* Nothing left to claim - unless this chunk handed children
+		 * back for want of a place: then only a token can come back
+		 * for them, so it goes back into the ring below even from the
+		 * batch's last chunk (without one, nobody ran them and the
+		 * event never came). */
+		if (end == n && !t.handed_back)
+			break;
 		if (t.handed_back || !more(arg)) {
 			/* relaxed: we hold the token's reference while
 			 * taking ours. */
