@@ -44,11 +44,12 @@ LIBS_plain   :=
 BUNDLE_plain  = $(shell $(CC) -print-file-name=libjemalloc_pic.a)
 # The shared library's objects: plain's flags minus jemalloc.
 CFLAGS_pic   := -O2 -DFQ_TLS_GLOBAL_DYNAMIC $(MEMSET_STRATEGY)
+# The sanitizer builds carry the test points (include/fanout_testing.h).
 CFLAGS_asan  := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
-	-fno-sanitize-recover=undefined -DFANOUT_NO_LGPL
+	-fno-sanitize-recover=undefined -DFANOUT_NO_LGPL -DFANOUT_TEST_POINTS
 LIBS_asan    := -fsanitize=address,undefined
 CFLAGS_tsan  := -O1 -fno-omit-frame-pointer -fsanitize=thread \
-	-DFANOUT_NO_LGPL -Wno-tsan
+	-DFANOUT_NO_LGPL -Wno-tsan -DFANOUT_TEST_POINTS
 LIBS_tsan    := -fsanitize=thread
 
 LIB_SRC   := $(sort $(wildcard queue/*.c lib/*.c))

@@ -106,6 +106,39 @@ FANOUT_API uint64_t fanout_test_blocks_reused(void);
  */
 FANOUT_API void fanout_test_read_section(bool enter);
 
+/*
+ * Test points: places where a test can stop a thread, as a preemption
+ * would, to force a rare interleaving.  Compiled only into the sanitizer
+ * builds (-DFANOUT_TEST_POINTS: build/asan, build/tsan); the plain build,
+ * which ships, has none.
+ */
+enum fanout_test_point {
+	/* lib/table.c, fanout__table_retire: the event's freer read the kept
+	 * ring's entry and is about to CAS its own in (@obj: the record). */
+	FANOUT_AT_RETIRE_CAS = 1,
+	/* lib/record.c, fanout__rec_put: between its two loads, `refs` and
+	 * `pendings`, on the way to a free without an RMW (@obj: the record). */
+	FANOUT_AT_PUT_LOADS = 2,
+	/* lib/deleg.c, origin_get (a dispatch with batch.within): the child
+	 * was not finished, under the read lock, before the CAS that takes a
+	 * reference on its record (@obj: the record). */
+	FANOUT_AT_ORIGIN_CHECKED = 3,
+	/* lib/deleg.c, origin_get: the reference is taken, the read lock
+	 * left (@obj: the record). */
+	FANOUT_AT_ORIGIN_TAKEN = 4,
+};
+
+/**
+ * fanout_test_hook() - call @fn(@arg, point, obj) on every thread that
+ * passes a test point from now on; NULL removes it.  @fn may block (that
+ * is the point), and runs wherever the library is, sometimes inside a
+ * read-side section: it must not call into the library.
+ * Return: 0, or -ENOTSUP in a build without test points.
+ */
+FANOUT_API int fanout_test_hook(void (*fn)(void *arg, enum fanout_test_point at,
+					   const void *obj),
+				void *arg);
+
 #ifdef __cplusplus
 }
 #endif

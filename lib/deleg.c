@@ -86,6 +86,7 @@ static int origin_get(const struct fanout_batch *b, struct origin *o)
 		return -ECANCELED; /* that child was abandoned */
 	}
 	o->parent = b->within->rec;
+	FANOUT_TEST_POINT(FANOUT_AT_ORIGIN_CHECKED, o->parent);
 	/* The child may be finished since, and its record's last reference
 	 * put: a reference is taken only from a count that is not zero.
 	 * relaxed: the CAS's total order on `refs` decides; the record's
@@ -102,6 +103,7 @@ static int origin_get(const struct fanout_batch *b, struct origin *o)
 		memory_order_relaxed));
 	o->ref = true;
 	fanout__read_unlock();
+	FANOUT_TEST_POINT(FANOUT_AT_ORIGIN_TAKEN, o->parent);
 	return 0;
 }
 

@@ -44,6 +44,7 @@
 	     cds_lfht_next((ht), (iter)))
 
 #include "fanout.h"
+#include "fanout_testing.h"
 #include "../queue/alloc.h"
 #include "blocks.h"
 #include "../queue/annotate.h"
@@ -377,6 +378,15 @@ struct fanout_engine {
 	 * given back by the call_rcu callbacks that free records. */
 	struct fanout_blocks blocks __attribute__((aligned(CACHELINE))); /* A */
 };
+
+/* Test points (fanout_testing.h, fanout_test_hook()): a call in the
+ * sanitizer builds, nothing in the plain one. */
+#ifdef FANOUT_TEST_POINTS
+void fanout__test_point(enum fanout_test_point at, const void *obj);
+#define FANOUT_TEST_POINT(at, obj) fanout__test_point(at, obj)
+#else
+#define FANOUT_TEST_POINT(at, obj) ((void)0)
+#endif
 
 /* sink.c */
 bool fanout__wait_was_patient(void);

@@ -393,13 +393,18 @@ void fanout__rec_put(struct record *rec, uint32_t n)
 	 * and nobody can add one.  A record with deferred children is the
 	 * exception: a dispatch within one of them takes a reference from an
 	 * RCU read section (origin_get in deleg.c), so it always takes the
-	 * RMW.  Its pendings were pushed before its join, which happens
-	 * before any last put (relaxed).  acquire on `refs`: pairs with the
-	 * other holders' release decrements, as the RMW's acquire would.
-	 * Otherwise release on the decrement, acquire before the free
-	 * (refcount.h): every access by every holder happens before it. */
-	if ((!atomic_load_explicit(&rec->pendings, memory_order_relaxed) &&
-	     atomic_load_explicit(&rec->refs, memory_order_acquire) == n) ||
+	 * RMW.  `refs` first: acquire, it pairs with the other holders'
+	 * release decrements, as the RMW's acquire would; read as @n, every
+	 * other holder is gone, the finaliser among them, after the join,
+	 * after every push; so the look at `pendings` after it sees any
+	 * (relaxed).  The other way round, a push after the look and a
+	 * finish before the load let a dispatch within the record take a
+	 * reference that this free ignored (a use after free).  Otherwise
+	 * release on the decrement, acquire before the free (refcount.h):
+	 * every access by every holder happens before it. */
+	if ((atomic_load_explicit(&rec->refs, memory_order_acquire) == n &&
+	     (FANOUT_TEST_POINT(FANOUT_AT_PUT_LOADS, rec),
+	      !atomic_load_explicit(&rec->pendings, memory_order_relaxed))) ||
 	    atomic_fetch_sub_explicit(&rec->refs, n, memory_order_acq_rel) ==
 		    n) {
 		FQ_HANDOFF_RELEASE(rec);

@@ -96,3 +96,38 @@ uint64_t fanout_test_offers_taken(struct fanout_engine *e)
 	}
 	return n;
 }
+
+#ifdef FANOUT_TEST_POINTS
+typedef void (*test_hook_fn)(void *arg, enum fanout_test_point at,
+			     const void *obj);
+static _Atomic test_hook_fn test_hook;
+static void *_Atomic test_hook_arg;
+
+void fanout__test_point(enum fanout_test_point at, const void *obj)
+{
+	/* acquire: pairs with the release store in fanout_test_hook(), so
+	 * the argument stored before it is seen. */
+	test_hook_fn fn =
+		atomic_load_explicit(&test_hook, memory_order_acquire);
+
+	if (fn)
+		fn(atomic_load_explicit(&test_hook_arg, memory_order_relaxed),
+		   at, obj);
+}
+#endif
+
+int fanout_test_hook(void (*fn)(void *arg, enum fanout_test_point at,
+				const void *obj),
+		     void *arg)
+{
+#ifdef FANOUT_TEST_POINTS
+	/* relaxed: published by the release store below. */
+	atomic_store_explicit(&test_hook_arg, arg, memory_order_relaxed);
+	atomic_store_explicit(&test_hook, fn, memory_order_release);
+	return 0;
+#else
+	(void)fn;
+	(void)arg;
+	return -ENOTSUP;
+#endif
+}

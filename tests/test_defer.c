@@ -4,6 +4,9 @@
  * the outcome, on_cancel, ABANDON, shutdown, capacity and bad input.
  */
 #include "defer.h"
+#include "fanout_testing.h"
+
+#include <semaphore.h>
 
 static struct fanout_engine *eng2(void)
 {
@@ -1718,6 +1721,145 @@ static void nested_run_waits_for_place(void **state)
 	fanout_destroy(np.e);
 }
 
+/* ------------------------------------ a dispatch within, at the free */
+
+/*
+ * A dispatch within a deferred child that the library abandons meanwhile
+ * (the record finishes and its event is freed), with the timer thread -
+ * a holder of the record - stopped at the last put's loads as a
+ * preemption would stop it.  The dispatch must see the record finished
+ * (-ECANCELED).  When the put looked at `pendings` before `refs`, the
+ * timer read no pendings before the child deferred, then found only its
+ * own reference and freed the record without an RMW; the dispatch's CAS
+ * then took a reference on a freed record (ASan: use after free).
+ */
+struct within_race {
+	struct fanout_engine *e;
+	sem_t put_paused, put_go, o1_paused, o1_go, y_stage, o2_go, deferred;
+	atomic_int armed, put_fired, y_done;
+	_Atomic(struct fanout_pending *) p;
+	int y_rc;
+};
+
+static _Thread_local bool race_y;
+
+static bool sem_wait_ms(sem_t *s, unsigned ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	while (sem_timedwait(s, &ts))
+		if (errno != EINTR)
+			return false;
+	return true;
+}
+
+static void within_hook(void *arg, enum fanout_test_point at, const void *obj)
+{
+	struct within_race *w = arg;
+	char name[16] = "";
+
+	(void)obj;
+	if (at == FANOUT_AT_PUT_LOADS) {
+		if (!atomic_load(&w->armed) ||
+		    pthread_getname_np(pthread_self(), name, sizeof(name)) ||
+		    strcmp(name, "fanout-timer") ||
+		    atomic_exchange(&w->put_fired, 1))
+			return;
+		sem_post(&w->put_paused);
+		sem_wait(&w->put_go);
+	} else if (race_y && at == FANOUT_AT_ORIGIN_CHECKED) {
+		sem_post(&w->o1_paused);
+		sem_wait(&w->o1_go);
+	} else if (race_y && at == FANOUT_AT_ORIGIN_TAKEN) {
+		sem_post(&w->y_stage);
+		sem_wait(&w->o2_go);
+	}
+}
+
+static int race_defer_fn(struct fanout_child *c, void *arg)
+{
+	struct within_race *w = arg;
+	struct fanout_pending *p;
+
+	/* Give the timer its chance to stop in its put first (it stops
+	 * only on the way to a free without an RMW: the fixed put never
+	 * does here, so this wait runs out). */
+	(void)sem_wait_ms(&w->put_paused, 200);
+	p = fanout_defer(c);
+	CHECK(p != NULL);
+	atomic_store(&w->p, p);
+	sem_post(&w->deferred);
+	return -EINPROGRESS;
+}
+
+static void *race_y_thread(void *arg)
+{
+	struct within_race *w = arg;
+	static atomic_int n;
+	struct fanout_task t = {"nested", count_fn, &n};
+	struct fanout_batch b = {
+		.tasks = &t, .ntasks = 1, .within = atomic_load(&w->p)};
+	fanout_id id;
+
+	race_y = true;
+	w->y_rc = fanout_dispatch(w->e, &b, &id);
+	atomic_store(&w->y_done, 1);
+	sem_post(&w->y_stage);
+	return NULL;
+}
+
+static void within_races_abandon_and_free(void **state)
+{
+	struct within_race w = {0};
+	struct fanout_task t = {"defers", race_defer_fn, &w};
+	struct fanout_batch b = {.tasks = &t,
+				 .ntasks = 1,
+				 .deadline_ns = (uint64_t)GATE_MS * 1000000u};
+	sem_t *sems[] = {&w.put_paused, &w.put_go, &w.o1_paused, &w.o1_go,
+			 &w.y_stage,	&w.o2_go,  &w.deferred};
+
+	if (fanout_test_hook(within_hook, &w) == -ENOTSUP)
+		skip(); /* a build without test points */
+	for (unsigned i = 0; i < sizeof(sems) / sizeof(*sems); i++)
+		assert_int_equal(sem_init(sems[i], 0, 0), 0);
+	w.e = NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	atomic_store(&w.armed, 1);
+	fanout_id id = must_dispatch_b(w.e, &b); /* the timer holds it too */
+	assert_true(sem_wait_ms(&w.deferred, WAIT_MS));
+	pthread_t y = spawn(race_y_thread, &w);
+	assert_true(sem_wait_ms(&w.o1_paused, WAIT_MS)); /* not finished */
+	assert_int_equal(
+		fanout_cancel(w.e, id,
+			      FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON),
+		0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(w.e));
+	assert_true(ev->id == id);
+	sleep_ms(100); /* the runner's put (only the old bug needs it) */
+	fanout_event_free(ev);
+	sem_post(&w.put_go); /* the timer goes on, if it stopped */
+	sleep_ms(100);
+	sem_post(&w.o1_go); /* the dispatch's CAS */
+	assert_true(sem_wait_ms(&w.y_stage, WAIT_MS));
+	if (!atomic_load(&w.y_done)) { /* it took a reference */
+		fanout_test_quiesce();
+		sem_post(&w.o2_go);
+	}
+	join(y);
+	assert_int_equal(fanout_test_hook(NULL, NULL), 0);
+	assert_int_equal(w.y_rc, -ECANCELED);
+	assert_int_equal(fanout_complete(atomic_load(&w.p), NULL), -EALREADY);
+	fanout_destroy(w.e);
+	for (unsigned i = 0; i < sizeof(sems) / sizeof(*sems); i++)
+		sem_destroy(sems[i]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1754,6 +1896,7 @@ int main(void)
 		TC(on_cancel_reentrant),
 		TC(help_hands_back_last_chunk),
 		TC(nested_run_waits_for_place),
+		TC(within_races_abandon_and_free),
 	};
 	tc_filters();
 	return cmocka_run_group_tests(tests, NULL, NULL);
