@@ -322,8 +322,9 @@ struct fanout_engine {
 	struct fanout_table *table;	  /* I: records by id (table.c) */
 	struct cds_lfht *sinks;		  /* I: the set of its sinks (sink.c) */
 	struct fanout_sink *default_sink; /* I */
-	/* A: cfg.keep_completed slots: tombs of finished records (table.c) */
-	_Atomic(struct fanout_tomb *) *kept;
+	/* A: cfg.keep_completed entries naming finished records (table.c,
+	 * "Pruning") */
+	_Atomic uint64_t *kept;
 	_Atomic uint64_t *st_worker_children; /* I pointer; per worker, W */
 	unsigned max_tokens; /* I: min(workers, max_children) */
 	uint32_t fork_gen;   /* I: fanout__fork_gen at creation (fork.c) */

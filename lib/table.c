@@ -77,10 +77,16 @@
  * the reader retry or miss (the id it looked for is gone).
  *
  * Pruning.  Finished records are kept in `kept`, a ring of keep_completed
- * slots indexed by finish_seq mod K, holding their tombs (stable memory:
- * a tomb outlives its record).  Whoever frees a record's event
+ * entries indexed by finish_seq mod K.  An entry names one finished
+ * record: its table slot and its lap, finish_seq / K (kept_entry()), so
+ * two records of one slot never look alike and the entry itself says
+ * which is older: no tomb is read.  (Entries were the slots' tombs, which
+ * the slot's next record reuses: a freer delayed between its load and its
+ * CAS found the same pointer for a newer record of that slot and evicted
+ * it, or read the newer one's finish_seq and evicted itself, both before
+ * K newer records had finished.)  Whoever frees a record's event
  * (fanout_event_free, or fanout_sink_destroy for events nobody took)
- * CASes its tomb into slot finish_seq % K, evicting the one there if that
+ * CASes its entry into slot finish_seq % K, evicting the one there if that
  * one is older, or evicting itself if a newer one (same slot, so at least
  * K later) already got there first.  So a record whose event is not freed
  * is never pruned, and the ring, the slots and the free stack stay on the
@@ -97,8 +103,10 @@
  * slot back.  No RMW: the ring's CAS that chose the evicter came after
  * the freer's, which came after the freer's swap, so the slot has one
  * writer at a time.  Pruning needs no read lock: it touches the kept
- * ring, tombs and slot chunks, which live as long as the table, and a
- * record only through the reference the slot held.
+ * ring and slot chunks, which live as long as the table, and a record
+ * only through the reference the slot held.  Laps are compared modulo
+ * 2^KEPT_LAP_BITS: an event still unfreed after 2^(KEPT_LAP_BITS - 1) laps
+ * (2.7e11 x keep_completed delegations) would be judged newer than it is.
  */
 #include "internal.h"
 
@@ -134,9 +142,8 @@ struct fanout_tomb {
 	_Atomic uint64_t id, dispatched_ns, completed_ns, cost;
 	_Atomic(void *) user;
 	_Atomic uint32_t ntasks, status, npending;
-	/* The kept ring's and the session key (read only if there is one). */
+	/* The slot and the session key (read only if there is one). */
 	uint32_t slot __attribute__((aligned(CACHELINE))); /* I */
-	_Atomic uint64_t finish_seq;
 	_Atomic uint64_t key[TOMB_KEY / 8];
 } __attribute__((aligned(CACHELINE)));
 
@@ -196,7 +203,7 @@ int fanout__table_init(struct fanout_engine *e)
 	if (!e->kept)
 		return -ENOMEM;
 	for (i = 0; i < k; i++)
-		atomic_init(&e->kept[i], NULL);
+		atomic_init(&e->kept[i], 0);
 	t = fanout__alloc(sizeof(*t));
 	if (!t) {
 		fanout__free(e->kept, sizeof(*e->kept) * k);
@@ -517,8 +524,6 @@ void fanout__table_tomb(struct fanout_engine *e, struct record *rec)
 	 * (pairs with the reader's acquire fence in read_tomb). */
 	atomic_thread_fence(memory_order_release);
 	atomic_store_explicit(&tb->id, rec->id, memory_order_relaxed);
-	atomic_store_explicit(&tb->finish_seq, rec->finish_seq,
-			      memory_order_relaxed);
 	atomic_store_explicit(&tb->dispatched_ns, rec->dispatched_ns,
 			      memory_order_relaxed);
 	atomic_store_explicit(&tb->completed_ns, rec->ev.completed_ns,
@@ -581,35 +586,54 @@ uint32_t fanout__table_compact(struct record *rec)
 	return 2;
 }
 
+/* A kept ring entry (see "Pruning"): bit 63 set (0 is an empty entry),
+ * the lap finish_seq / K in the bits above the slot's. */
+#define KEPT_USED (1ull << 63)
+#define KEPT_LAP_BITS (63u - SLOT_BITS)
+#define KEPT_LAP_MASK ((1ull << KEPT_LAP_BITS) - 1)
+
+static uint64_t kept_entry(const struct fanout_engine *e,
+			   const struct record *rec)
+{
+	uint64_t lap = rec->finish_seq / e->cfg.keep_completed;
+
+	return KEPT_USED | (lap & KEPT_LAP_MASK) << SLOT_BITS | rec->tslot;
+}
+
+/* Whether entry @a names a record that finished after @b's, at least one
+ * lap (K delegations) later: the same ring index, so not the same lap. */
+static bool kept_newer(uint64_t a, uint64_t b)
+{
+	uint64_t d = ((a >> SLOT_BITS) - (b >> SLOT_BITS)) & KEPT_LAP_MASK;
+
+	return d && d < (1ull << (KEPT_LAP_BITS - 1));
+}
+
 /* The event is being freed; no read lock needed: see "Pruning". */
 void fanout__table_retire(struct fanout_engine *e, struct record *rec)
 {
-	_Atomic(struct fanout_tomb *) *kslot =
+	_Atomic uint64_t *kslot =
 		&e->kept[rec->finish_seq % e->cfg.keep_completed];
-	struct fanout_tomb *mine = &rec->tchunk->tomb[rec->tslot & (CHUNK - 1)];
-	/* acquire: the tomb we may evict was put there by another event's
-	 * freer with a release CAS; we read its finish_seq. */
-	struct fanout_tomb *cur =
-		atomic_load_explicit(kslot, memory_order_acquire);
+	uint64_t mine = kept_entry(e, rec);
+	/* acquire: if we displace this entry, we evict its slot, which its
+	 * freer compacted before its release CAS put the entry here. */
+	uint64_t cur = atomic_load_explicit(kslot, memory_order_acquire);
 
 	for (;;) {
-		/* relaxed: written before its owner's release CAS into the
-		 * ring, which our acquire load or failed CAS read. */
-		if (cur && atomic_load_explicit(&cur->finish_seq,
-						memory_order_relaxed) >
-				   rec->finish_seq) {
-			evict(e, mine->slot); /* one K or more newer is there */
+		if (cur && kept_newer(cur, mine)) {
+			evict(e, rec->tslot); /* one K or more newer is there */
 			return;
 		}
-		/* release: publishes our tomb's finish_seq to the next
-		 * CAS-er. */
+		FANOUT_TEST_POINT(FANOUT_AT_RETIRE_CAS, rec);
+		/* release: publishes our compact (the slot's tomb) to the
+		 * freer that will displace us and evict our slot. */
 		if (atomic_compare_exchange_weak_explicit(kslot, &cur, mine,
 							  memory_order_acq_rel,
 							  memory_order_acquire))
 			break;
 	}
 	if (cur)
-		evict(e, cur->slot);
+		evict(e, (uint32_t)(cur & SLOT_MASK));
 }
 
 /* Call fn on every record in the table, inside the read lock; and
@@ -683,7 +707,7 @@ void fanout__table_destroy(struct fanout_engine *e)
 	}
 	fanout__read_unlock();
 	for (i = 0; i < e->cfg.keep_completed; i++)
-		atomic_store_explicit(&e->kept[i], NULL,
+		atomic_store_explicit(&e->kept[i], 0,
 				      memory_order_relaxed); /* quiescent */
 	fanout__free(e->kept, sizeof(*e->kept) * e->cfg.keep_completed);
 	e->kept = NULL;
