@@ -122,9 +122,10 @@
  *    continue), then `w`, then CASes the word it read; the owner rewrites
  *    `w` only after its closing exchange changed the word, so a CAS that
  *    succeeds took a token of the item it read.  No offer left behind:
- *    the owner's exchange that opens the offer, then its load of
- *    `spinning`, and a spinner's decrement of `spinning`, then its loads of
- *    `offers_open` and `word` before it parks, are all seq_cst; so either
+ *    the owner's fetch_or of its bit and exchange that opens the offer,
+ *    then its load of `spinning`, and a spinner's decrement of `spinning`,
+ *    then its loads of `offers_open` and `word` before it parks, are all
+ *    seq_cst; so either
  *    the owner saw no spinner (and withdraws the offer and submits the
  *    tokens to the ring, argument 2 and 3 take over), or the parking
  *    spinner sees the offer and takes a token whatever its age.  A spinner
@@ -300,9 +301,12 @@ int fq_offer_open(struct fq *q, struct fq_work *w, unsigned n, uint64_t t0)
 			continue;
 		/* acquire: the slot's previous owner's accesses (its close)
 		 * happen before ours; pairs with the release fetch_and in
-		 * fq_offer_close(). */
+		 * fq_offer_close().  seq_cst: the bit is set before the
+		 * exchange that opens the offer in argument 7's single order,
+		 * so a parking spinner that misses our load of `spinning`
+		 * sees the bit (on x86 any RMW is that already). */
 		if (atomic_fetch_or_explicit(&q->offers_open, bit,
-					     memory_order_acquire) &
+					     memory_order_seq_cst) &
 		    bit)
 			continue;
 		tls_offer_hint = i;
@@ -817,6 +821,22 @@ static void stop_spinning(struct fq *q)
 }
 
 /*
+ * Tokens in the ring, for a decision that must not miss one: c_head, then
+ * p_tail, not masked.  ck_ring_size() masks the difference with the
+ * ring's size, so a thread stopped between its two loads while exactly a
+ * multiple of the size passed through reads 0 with tokens there; here the
+ * count is then too high (c_head only grows and p_tail stays ahead of it,
+ * so p - c is never below the count when p was read), which wakes a worker
+ * for nothing at worst.
+ */
+static unsigned ring_count(struct fq *q)
+{
+	unsigned c = ck_pr_load_uint(&q->ring.c_head);
+
+	return ck_pr_load_uint(&q->ring.p_tail) - c;
+}
+
+/*
  * A worker that was counted as a spinner took a token and is about to run
  * it, possibly for a long time: producers that counted on it may have left
  * tokens for it, so pass them on (argument 3).  A counted worker calls it
@@ -829,7 +849,7 @@ static void hand_on(struct fq *q)
 {
 	unsigned left;
 
-	left = ck_ring_size(&q->ring) + offered_left(q);
+	left = ring_count(q) + offered_left(q);
 	if (left)
 		kick(q, left, -1);
 }
