@@ -35,8 +35,12 @@
  * (async_done only grows, so an old limit is a low one: the bound holds
  * with any limit read); only when s reaches the limit does it read
  * async_done again, and it refuses if s is still at or past the new one.
- * So at most max_async are admitted and not finished, a refusal means
- * max_async were running when it read async_done, and in the usual
+ * So at most max_async are admitted and not finished, and a refusal means
+ * max_async were admitted and not finished when it read async_done -
+ * counting dispatches that took a slot and are refused later (no ring
+ * credit, no memory), which hold it until they give it back: so a
+ * refusal may see only max_async - k running, with k such dispatches in
+ * flight, as for the sink's max_pending (sink.c).  In the usual
  * hand-off neither side RMWs a line the other wrote last (one counter
  * cost both a locked miss per delegation, bench/PROFILE.txt phase 15).
  * 32-bit counters, compared by signed difference: they never differ by

@@ -28,17 +28,20 @@
  * `epoch` = T.  The block may be used again once `epoch` >= T + 2.
  *
  * Advance.  An advancer loads `epoch` = G, issues a seq_cst fence F_a,
- * loads every slot (seq_cst) and `anon`, and CASes G -> G + 1 only if
- * every reader in a section announced G and `anon` is 0.
+ * loads every slot (acquire) and `anon`, and CASes G -> G + 1 (acq_rel)
+ * only if every reader in a section announced G and `anon` is 0.
  *
  * Claim: once `epoch` >= T + 2, no reader can still touch a record
  * tagged T.  S is the single order of seq_cst operations and fences.
- * - The advance T -> T + 1 (CAS B1) follows F_w in S: F_w precedes the
- *   tagger's load of T, which reads before B1.  A reader whose load of
- *   `epoch` read B1 or later has B1, hence F_w, before its F_r in S, so
- *   its loads after F_r see the record unlinked: it cannot reach it.
+ * - Let B1 be the advance T -> T + 1.  The tagger's load of T is
+ *   coherence-ordered before every load of `epoch` that reads B1 or
+ *   later; F_w happens before the former, and each of the latter before
+ *   the fence that follows it; so F_w precedes that fence in S (the
+ *   fence rule of C17 7.17.3, C++20 [atomics.order] 4.4).  A reader
+ *   whose load of `epoch` read B1 or later thus has F_w before its F_r,
+ *   so its loads after F_r see the record unlinked: it cannot reach it.
  * - Let A be the advancer of T + 1 -> T + 2 and R any reader section.
- *   A read B1 or later before F_a, so B1 precedes F_a in S.  If F_a
+ *   A's load read B1 or later before F_a, so F_w precedes F_a.  If F_a
  *   precedes R's F_r, so does F_w: R cannot reach the record.  If F_r
  *   precedes F_a, A's scan sees R's announcement (fence-fence) or a later
  *   store: the announcement of an epoch <= T makes A refuse, so it stays
