@@ -57,6 +57,22 @@ static int take(struct fanout_engine *e, unsigned n)
 	return 0;
 }
 
+/* AB_STATS: each round's rate and the parks the workers took in it. */
+static void round_stats(struct fanout_engine *e, int r, double rate)
+{
+	static unsigned long long last[64];
+	struct fanout_stats st;
+
+	if (fanout_stats(e, &st))
+		return;
+	fprintf(stderr, "  round %d: %.2fM/s, parks", r, rate);
+	for (unsigned i = 0; i < st.nworkers && i < 64; i++) {
+		fprintf(stderr, " %llu", st.worker[i].parks - last[i]);
+		last[i] = st.worker[i].parks;
+	}
+	fputc('\n', stderr);
+}
+
 int main(int argc, char **argv)
 {
 	struct fanout_config cfg = {.workers = 2};
@@ -124,6 +140,8 @@ int main(int argc, char **argv)
 			if (take(e, n))
 				return 1;
 		med[r] = (double)(now_ns() - t0) / iters;
+		if (getenv("AB_STATS"))
+			round_stats(e, r, n * 1e3 / med[r]);
 	}
 	qsort(med, 7, sizeof(double), cmp);
 	printf("%s batch %u x%u: %.2fM children/s (median of 7 rounds)\n",
