@@ -126,6 +126,10 @@ enum fanout_test_point {
 	/* lib/deleg.c, origin_get: the reference is taken, the read lock
 	 * left (@obj: the record). */
 	FANOUT_AT_ORIGIN_TAKEN = 4,
+	/* lib/record.c, fanout__active_done: a finaliser dropped a
+	 * background record's unit (shutdown may return now) and has not
+	 * looked at `shutting` yet (@obj: the engine). */
+	FANOUT_AT_ACTIVE_DONE = 5,
 };
 
 /**

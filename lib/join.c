@@ -250,11 +250,17 @@ static void finalise(struct record *rec, bool local, bool *ref,
 			*ref = false;
 		}
 		/* The read lock keeps the sink (sink.c) and the record: once
-		 * published, its event may be taken and freed at once. */
+		 * published, its event may be taken and freed at once.  And
+		 * the engine: the unit active_done drops lets fanout_shutdown
+		 * return, and fanout_destroy frees the engine only after a
+		 * grace period (fanout__engines_del); a finaliser that nobody
+		 * joins (a fanout_complete() on the application's thread)
+		 * still reads `shutting` and may signal after that drop. */
 		fanout__read_lock();
 		fanout__sink_publish(s, rec);
 		atomic_store_explicit(&rec->state, REC_FINISHED,
 				      memory_order_release);
+		fanout__active_done(e); /* pruning waits for the event's free */
 		fanout__read_unlock();
 	} else {
 		/* Nobody has the event before the wake-up below, so the
@@ -262,10 +268,7 @@ static void finalise(struct record *rec, bool local, bool *ref,
 		atomic_store_explicit(&rec->state, REC_FINISHED,
 				      memory_order_release);
 	}
-	/* Pruning waits for the event to be freed (table.c, "Pruning"). */
-	if (background)
-		fanout__active_done(e);
-	else if (!local)
+	if (!background && !local)
 		/* The last touch: a synchronous record's unit of `active` is
 		 * dropped by its caller with the call's own, after this wakes
 		 * it (fanout_run), so shutdown waits for it as before. */

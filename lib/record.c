@@ -444,12 +444,13 @@ void fanout__active_put(struct fanout_engine *e, uint32_t n)
 }
 
 /* A finaliser drops a background record's unit, after its event was
- * published. */
+ * published, inside a read-side section (see finalise in join.c). */
 void fanout__active_done(struct fanout_engine *e)
 {
 	/* seq_cst: put_signal(); the release part makes the publication
 	 * visible to the shutdown that sees this increment. */
 	atomic_fetch_add_explicit(&e->active_out, 1, memory_order_seq_cst);
+	FANOUT_TEST_POINT(FANOUT_AT_ACTIVE_DONE, e);
 	put_signal(e);
 }
 

@@ -1860,6 +1860,80 @@ static void within_races_abandon_and_free(void **state)
 		sem_destroy(sems[i]);
 }
 
+/*
+ * A fanout_complete() that finishes its delegation on the application's
+ * thread, stopped right after it dropped the unit that lets
+ * fanout_shutdown() return (test point FANOUT_AT_ACTIVE_DONE), while
+ * another thread destroys the engine: the destroy waits for it.  It used
+ * to free the engine under it (ASan: use after free in put_signal).
+ */
+struct late_finish {
+	struct fanout_engine *e;
+	struct fanout_pending *p;
+	sem_t at, go;
+	atomic_int fired;
+	int rc;
+};
+
+static _Thread_local bool late_mine;
+
+static void late_finish_hook(void *arg, enum fanout_test_point at,
+			     const void *obj)
+{
+	struct late_finish *lf = arg;
+
+	(void)obj;
+	if (at != FANOUT_AT_ACTIVE_DONE || !late_mine ||
+	    atomic_exchange(&lf->fired, 1))
+		return;
+	sem_post(&lf->at);
+	sem_wait(&lf->go);
+}
+
+static void *late_completer_thread(void *arg)
+{
+	struct late_finish *lf = arg;
+
+	late_mine = true;
+	lf->rc = fanout_complete(lf->p, NULL);
+	return NULL;
+}
+
+static void *destroyer_thread(void *arg)
+{
+	fanout_destroy(arg);
+	return NULL;
+}
+
+static void complete_races_destroy(void **state)
+{
+	struct late_finish lf = {0};
+	struct dchild d = {0};
+	struct fanout_task t = {"defers", defer_fn, &d};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+
+	if (fanout_test_hook(late_finish_hook, &lf) == -ENOTSUP)
+		skip(); /* a build without test points */
+	assert_int_equal(sem_init(&lf.at, 0, 0), 0);
+	assert_int_equal(sem_init(&lf.go, 0, 0), 0);
+	lf.e = NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	must_dispatch_b(lf.e, &b);
+	lf.p = dc_wait(&d);
+	assert_non_null(lf.p);
+	pthread_t c = spawn(late_completer_thread, &lf);
+	assert_true(sem_wait_ms(&lf.at, WAIT_MS)); /* the unit is dropped */
+	pthread_t k = spawn(destroyer_thread, lf.e);
+	sleep_ms(100); /* time to free the engine, were it not waited for */
+	sem_post(&lf.go);
+	join(c);
+	join(k);
+	assert_int_equal(fanout_test_hook(NULL, NULL), 0);
+	assert_int_equal(lf.rc, 0);
+	assert_int_equal(atomic_load(&d.runs), 1);
+	sem_destroy(&lf.at);
+	sem_destroy(&lf.go);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1897,6 +1971,7 @@ int main(void)
 		TC(help_hands_back_last_chunk),
 		TC(nested_run_waits_for_place),
 		TC(within_races_abandon_and_free),
+		TC(complete_races_destroy),
 	};
 	tc_filters();
 	return cmocka_run_group_tests(tests, NULL, NULL);
