@@ -63,19 +63,27 @@ static int reject(struct fanout_engine *e, int err)
  * thread, or batch->within (a deferred child, on a thread that is not
  * running it).  Its record gives the depth and the cancel tree.  It stays
  * alive for the whole call: a running child's record cannot finish under
- * it, and for @within we hold a reference (put by origin_put).
+ * it, and for @within we hold a reference (put by origin_put).  A child of
+ * another engine's delegation also pins that engine: a unit of its
+ * `active` (@pinned), so its fanout_shutdown waits for this call and its
+ * fanout_destroy cannot free it while we read its record (rec_link) or
+ * drop our reference (which may retire the record into that engine).
  */
 struct origin {
 	struct record *parent;
+	struct fanout_engine *pinned; /* the parent's engine, if not ours */
 	bool ref;
 };
 
-static int origin_get(const struct fanout_batch *b, struct origin *o)
+static int origin_get(struct fanout_engine *e, const struct fanout_batch *b,
+		      struct origin *o)
 {
 	struct fanout_child *cur = fanout__current();
+	struct fanout_engine *pe;
 	uint32_t k;
 
 	o->parent = NULL;
+	o->pinned = NULL;
 	o->ref = false;
 	if (!b->within) {
 		o->parent = cur ? cur->rec : NULL;
@@ -106,6 +114,23 @@ static int origin_get(const struct fanout_batch *b, struct origin *o)
 		&o->parent->refs, &k, k + 1, memory_order_relaxed,
 		memory_order_relaxed));
 	o->ref = true;
+	pe = o->parent->e;
+	if (pe != e) {
+		/* Still inside the section, so pe is not freed yet.  seq_cst
+		 * (both): the store-load pair of enter() against pe's
+		 * fanout_shutdown().  A shutting engine abandons the child. */
+		atomic_fetch_add_explicit(&pe->active_in, 1,
+					  memory_order_seq_cst);
+		if (atomic_load_explicit(&pe->shutting, memory_order_seq_cst)) {
+			fanout__active_put(pe, 1);
+			fanout__rec_put(o->parent, 1);
+			fanout__read_unlock();
+			o->parent = NULL;
+			o->ref = false;
+			return -ECANCELED;
+		}
+		o->pinned = pe;
+	}
 	fanout__read_unlock();
 	FANOUT_TEST_POINT(FANOUT_AT_ORIGIN_TAKEN, o->parent);
 	return 0;
@@ -115,6 +140,14 @@ static void origin_put(struct origin *o)
 {
 	if (o->ref)
 		fanout__rec_put(o->parent, 1);
+	if (o->pinned) {
+		/* The last touch of that engine: after the drop its shutdown
+		 * may return, and its destroy waits for this section (a grace
+		 * period) before it frees it. */
+		fanout__read_lock();
+		fanout__active_put(o->pinned, 1);
+		fanout__read_unlock();
+	}
 }
 
 /* Check @b and size its goal copies (*goals: bytes, see
@@ -157,7 +190,7 @@ static int check_batch(struct fanout_engine *e, const struct fanout_batch *b,
 		     b->quorum != 0) ||
 	    b->deadline_ns > FANOUT_MAX_DEADLINE_NS)
 		return -EINVAL;
-	err = origin_get(b, o);
+	err = origin_get(e, b, o);
 	if (err)
 		return err;
 	*depth = (o->parent ? o->parent->depth : 0) + 1;

@@ -1934,6 +1934,84 @@ static void complete_races_destroy(void **state)
 	sem_destroy(&lf.go);
 }
 
+/*
+ * A dispatch on engine E2 within a deferred child of engine E1, stopped
+ * after it took its reference on E1's record (test point
+ * FANOUT_AT_ORIGIN_TAKEN), while another thread destroys E1: the destroy
+ * waits for the dispatch, which pins E1.  It used to free E1 under it
+ * (ASan: use after free in rec_link).
+ */
+struct cross_within {
+	struct fanout_engine *e2;
+	struct fanout_pending *p;
+	sem_t at, go;
+	atomic_int fired;
+	int rc;
+};
+
+static _Thread_local bool cross_mine;
+
+static void cross_hook(void *arg, enum fanout_test_point at, const void *obj)
+{
+	struct cross_within *cw = arg;
+
+	(void)obj;
+	if (at != FANOUT_AT_ORIGIN_TAKEN || !cross_mine ||
+	    atomic_exchange(&cw->fired, 1))
+		return;
+	sem_post(&cw->at);
+	sem_wait(&cw->go);
+}
+
+static void *cross_dispatch_thread(void *arg)
+{
+	struct cross_within *cw = arg;
+	static atomic_int n;
+	struct fanout_task t = {"nested", count_fn, &n};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1, .within = cw->p};
+	fanout_id id;
+
+	cross_mine = true;
+	cw->rc = fanout_dispatch(cw->e2, &b, &id);
+	return NULL;
+}
+
+static void within_other_engine_destroyed(void **state)
+{
+	struct cross_within cw = {0};
+	struct dchild d = {0};
+	struct fanout_task t = {"defers", defer_fn, &d};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	struct fanout_engine *e1;
+
+	if (fanout_test_hook(cross_hook, &cw) == -ENOTSUP)
+		skip(); /* a build without test points */
+	assert_int_equal(sem_init(&cw.at, 0, 0), 0);
+	assert_int_equal(sem_init(&cw.go, 0, 0), 0);
+	e1 = NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	cw.e2 = NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	must_dispatch_b(e1, &b);
+	cw.p = dc_wait(&d);
+	assert_non_null(cw.p);
+	pthread_t t1 = spawn(cross_dispatch_thread, &cw);
+	assert_true(sem_wait_ms(&cw.at, WAIT_MS)); /* it holds E1's record */
+	pthread_t k = spawn(destroyer_thread, e1);
+	sleep_ms(100); /* time to free E1, were it not pinned */
+	sem_post(&cw.go);
+	join(t1);
+	join(k);
+	assert_int_equal(fanout_test_hook(NULL, NULL), 0);
+	assert_int_equal(cw.rc, 0);
+	/* E1's shutdown interrupted the parent: the nested one follows. */
+	struct fanout_event *ev = must_wait(fanout_default_sink(cw.e2));
+	assert_int_equal(ev->nresults, 1);
+	fanout_event_free(ev);
+	assert_int_equal(fanout_complete(cw.p, NULL), -EALREADY);
+	fanout_destroy(cw.e2);
+	sem_destroy(&cw.at);
+	sem_destroy(&cw.go);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1972,6 +2050,7 @@ int main(void)
 		TC(nested_run_waits_for_place),
 		TC(within_races_abandon_and_free),
 		TC(complete_races_destroy),
+		TC(within_other_engine_destroyed),
 	};
 	tc_filters();
 	return cmocka_run_group_tests(tests, NULL, NULL);
