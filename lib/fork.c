@@ -86,8 +86,10 @@ static void after_fork_child(void)
 	/* relaxed: the child has one thread; see "Inherited engines". */
 	atomic_fetch_add_explicit(&fanout__fork_gen, 1, memory_order_relaxed);
 	/* A fork from inside a child task: the new process starts at top
-	 * level, not at that task's depth (fanout.h, "Fork"). */
+	 * level, not at that task's depth (fanout.h, "Fork"), and not as the
+	 * worker it ran on (a helping wait would never help). */
 	fanout__forget_child();
+	fq_fork_child();
 }
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;

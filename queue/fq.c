@@ -1226,6 +1226,12 @@ bool fq_pending(const struct fq *q)
 	return ck_ring_size(&q->ring) != 0;
 }
 
+void fq_fork_child(void)
+{
+	tls_self = NULL; /* else fq_help_take() would never help here */
+	tls_woke = false;
+}
+
 bool fq_woke_worker(void)
 {
 	bool woke = tls_woke;

@@ -199,6 +199,10 @@ bool fq_pending(const struct fq *q);
  * machine runs tens of us later.  Reading it clears it.  A hint for a
  * waiter's patience (lib/sink.c). */
 bool fq_woke_worker(void);
+/* In a process just forked (its one thread): this thread is no worker of
+ * any queue, whatever it was in the parent (a child task that forked on a
+ * worker); lib/fork.c calls it. */
+void fq_fork_child(void);
 
 uint64_t fq_spin_ns(const struct fq *q);
 /* Index of the calling worker thread of @q, or -1 if it is not one. */

@@ -386,6 +386,49 @@ struct forker {
 	int status; /* the forked process's exit status; read after the event */
 };
 
+static atomic_int kid_hold, kid_held;
+
+static int kid_hold_fn(struct fanout_child *c, void *arg)
+{
+	(void)c;
+	(void)arg;
+	atomic_store(&kid_held, 1);
+	while (!atomic_load(&kid_hold))
+		sleep_us(200);
+	return 0;
+}
+
+/* In a process forked by a child task on a worker: a helping wait runs a
+ * queued child itself while the one worker is held.  (The thread kept the
+ * worker's identity, and the wait never helped.) */
+static void kid_wait_helps(void)
+{
+	struct fanout_config cfg = {.workers = 1,
+				    .flags = FANOUT_NO_PIN | FANOUT_WAIT_HELPS};
+	struct fanout_engine *ne = NULL;
+	struct fanout_sink *s = NULL;
+	atomic_int count = 0;
+	struct fanout_task hold = {"hold", kid_hold_fn, NULL};
+	struct fanout_task t = {"quick", count_fn, &count};
+	struct fanout_batch hb = {.tasks = &hold, .ntasks = 1};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	struct fanout_event *ev = NULL;
+	fanout_id id = 0;
+
+	KID(fanout_create(&cfg, &ne) == 0);
+	KID(fanout_sink_create(ne, &s) == 0);
+	b.sink = s;
+	KID(fanout_dispatch(ne, &hb, &id) == 0);
+	KID(wait_flag(&kid_held, WAIT_MS)); /* the worker is held */
+	KID(fanout_dispatch(ne, &b, &id) == 0);
+	KID(fanout_wait(s, &ev, WAIT_MS) == 0);
+	KID(ev->id == id && ev->ncompleted == 1);
+	fanout_event_free(ev);
+	atomic_store(&kid_hold, 1);
+	KID(fanout_sink_destroy(s) == 0);
+	fanout_destroy(ne);
+}
+
 /* A child task that forks.  The new process is at top level, may create
  * engines, refuses calls on the inherited one (shutdown: -EOWNERDEAD, not
  * the -EDEADLK of a child of its own engine) and ends with _exit(): it
@@ -418,6 +461,7 @@ static int forking_task(struct fanout_child *c, void *arg)
 		KID(atomic_load(&count) == 1);
 		fanout_event_free(ev);
 		fanout_destroy(ne);
+		kid_wait_helps();
 		fanout_destroy(f->e); /* the inherited one, from its "child" */
 		_exit(0);
 	}
