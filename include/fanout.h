@@ -301,9 +301,10 @@ FANOUT_API const char *fanout_status_name(enum fanout_status st);
  *                  is never pruned.  Once its event is freed, a kept
  *                  record is a 128-byte summary in the table (a "tomb":
  *                  what fanout_lookup() shows) and its block is freed; a
- *                  record whose session_key is longer than 47 bytes
- *                  holds its whole block (results and strings) until it
- *                  is pruned.  Freed
+ *                  record whose session_key is longer than 47 bytes (31
+ *                  if its children started delegations: the tomb also
+ *                  keeps its place in the cancel tree) holds its whole
+ *                  block (results and strings) until it is pruned.  Freed
  *                  blocks of 16 KiB or more (batches of about 150
  *                  children and up) are kept for reuse by the engine, up
  *                  to 32 MiB, until fanout_destroy().
@@ -807,8 +808,10 @@ FANOUT_API int fanout_delegate(struct fanout_engine *e,
  * started from inside this one's children (fanout_dispatch/run/delegate
  * called from a running child, or with fanout_batch.within naming one of
  * its deferred children), transitively and on any engine: each of them is
- * cancelled with the same @how.  Deadlines, join policies and shutdown
- * interrupt the same tree.
+ * cancelled with the same @how.  It goes on through a delegation of the
+ * tree that finished already, to the delegations its children started,
+ * for as long as the finished one is kept for lookup (keep_completed).
+ * Deadlines, join policies and shutdown interrupt the same tree.
  *
  * Context: never blocks; runs on_cancel callbacks, and may publish the
  * event, on the calling thread.

@@ -468,6 +468,13 @@ bool fanout__table_finished(struct fanout_engine *e, fanout_id id);
 void fanout__table_for_each(struct fanout_engine *e,
 			    void (*fn)(struct record *rec, void *arg),
 			    void *arg);
+/* Call @fn with the id of every finished record of @e whose block is gone
+ * (a tomb) and whose children started delegations, if its parent is
+ * @parent of the engine with serial @engine (tree.c); inside the read
+ * lock. */
+void fanout__table_kid_tombs(struct fanout_engine *e, fanout_id parent,
+			     uint64_t engine,
+			     void (*fn)(fanout_id kid, void *arg), void *arg);
 void fanout__table_destroy(struct fanout_engine *e);
 
 /* sink.c */

@@ -132,6 +132,12 @@ int fanout__rcu_token;
 #define TOMB_KEY 48 /* bytes of session key a tomb holds, NUL included */
 #define TOMB_BG 0x10000u
 #define TOMB_CANCELLED 0x20000u
+/* The record's children started delegations: key[0..1] hold its own
+ * parent_id and parent_engine, so the cancel tree finds it among its
+ * parent's kids and walks on to its own (fanout__table_kid_tombs); the
+ * session key follows them. */
+#define TOMB_KIDS 0x40000u
+#define TOMB_LINK 2	      /* words of key[] the link takes */
 #define TOMB_HAS_KEY 0x80000u /* key[] holds the session key */
 #define TOMB_DEPTH 0xffffu
 
@@ -147,10 +153,20 @@ struct fanout_tomb {
 	_Atomic uint64_t key[TOMB_KEY / 8];
 } __attribute__((aligned(CACHELINE)));
 
-/* Whether @rec's session key (if any) fits in a tomb. */
+/* Whether @rec has kids: set while it ran (tree.c, "Links"); relaxed,
+ * after the join's acquire that ended it. */
+static bool has_kids(const struct record *rec)
+{
+	return atomic_load_explicit(&rec->has_kids, memory_order_relaxed);
+}
+
+/* Whether @rec's session key (if any) fits in a tomb, after the link if
+ * it has kids. */
 static bool key_fits(const struct record *rec)
 {
-	return !rec->session_key || strlen(rec->session_key) < TOMB_KEY;
+	size_t room = TOMB_KEY - (has_kids(rec) ? TOMB_LINK * 8 : 0);
+
+	return !rec->session_key || strlen(rec->session_key) < room;
 }
 
 /* A slot's pointer: a record, or its tomb with bit 0 set. */
@@ -448,9 +464,13 @@ static bool read_tomb(const struct fanout_tomb *tb, fanout_id id,
 	/* The pointer points at the tomb's copy, valid until the slot is
 	 * pruned (fanout_info.session_key); a lookup reads only the first
 	 * line of the tomb. */
-	info->session_key = flags & TOMB_HAS_KEY ?
-				    (const char *)(const void *)tb->key :
-				    NULL;
+	info->session_key =
+		flags & TOMB_HAS_KEY ?
+			(const char *)(const void *)(tb->key +
+						     (flags & TOMB_KIDS ?
+							      TOMB_LINK :
+							      0)) :
+			NULL;
 	return true;
 }
 
@@ -542,14 +562,22 @@ void fanout__table_tomb(struct fanout_engine *e, struct record *rec)
 		flags |= TOMB_BG;
 	if (rec->ev.cancelled)
 		flags |= TOMB_CANCELLED;
+	if (has_kids(rec)) {
+		atomic_store_explicit(&tb->key[0], rec->parent_id,
+				      memory_order_relaxed);
+		atomic_store_explicit(&tb->key[1], rec->parent_engine,
+				      memory_order_relaxed);
+		flags |= TOMB_KIDS;
+	}
 	/* A key that does not fit is not copied: fanout__table_compact keeps
 	 * such a record whole (the same test). */
 	if (klen && key_fits(rec)) {
+		unsigned at = flags & TOMB_KIDS ? TOMB_LINK : 0;
 		uint64_t w[TOMB_KEY / 8] = {0};
 
 		memcpy(w, rec->session_key, klen);
-		for (unsigned i = 0; i < TOMB_KEY / 8; i++)
-			atomic_store_explicit(&tb->key[i], w[i],
+		for (unsigned i = at; i < TOMB_KEY / 8; i++)
+			atomic_store_explicit(&tb->key[i], w[i - at],
 					      memory_order_relaxed);
 		flags |= TOMB_HAS_KEY;
 	}
@@ -682,6 +710,53 @@ void fanout__table_for_each(struct fanout_engine *e,
 {
 	fanout__read_lock();
 	walk(e, fn, NULL, arg);
+	fanout__read_unlock();
+}
+
+struct kid_tombs {
+	fanout_id parent;
+	uint64_t engine;
+	void (*fn)(fanout_id kid, void *arg);
+	void *arg;
+};
+
+static void skip_record(struct record *rec, void *arg)
+{
+	(void)rec;
+	(void)arg;
+}
+
+static void kid_tomb(const struct fanout_tomb *tb, void *arg)
+{
+	const struct kid_tombs *k = arg;
+	/* acquire: as in read_tomb. */
+	uint32_t s = atomic_load_explicit(&tb->seq, memory_order_acquire);
+	uint32_t flags;
+	uint64_t id, pid, peng;
+
+	if (s & 1)
+		return; /* being rewritten: its record was pruned */
+	/* relaxed: validated by the sequence count below. */
+	flags = atomic_load_explicit(&tb->flags, memory_order_relaxed);
+	id = atomic_load_explicit(&tb->id, memory_order_relaxed);
+	pid = atomic_load_explicit(&tb->key[0], memory_order_relaxed);
+	peng = atomic_load_explicit(&tb->key[1], memory_order_relaxed);
+	/* acquire fence: the loads above complete before the re-read. */
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&tb->seq, memory_order_relaxed) != s ||
+	    !(flags & TOMB_KIDS) || pid != k->parent || peng != k->engine)
+		return;
+	k->fn(id, k->arg);
+}
+
+void fanout__table_kid_tombs(struct fanout_engine *e, fanout_id parent,
+			     uint64_t engine,
+			     void (*fn)(fanout_id kid, void *arg), void *arg)
+{
+	struct kid_tombs k = {parent, engine, fn, arg};
+
+	fanout__read_lock();
+	walk(e, skip_record, kid_tomb, &k);
 	fanout__read_unlock();
 }
 

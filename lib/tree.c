@@ -24,6 +24,16 @@
  * interrupts itself) or the interrupter's fence comes after the kid's in
  * the single total order, so it sees has_kids and the inserted record.
  *
+ * Finished kids.  A kid that finished before the walk reached it is not
+ * interrupted (-EALREADY), but its own kids may still run, started by its
+ * children before it finished: the walk goes on through it, from its
+ * record while the table holds one, else from its tomb, which keeps the
+ * record's parent link when it has kids (table.c, TOMB_KIDS).  Its kids
+ * were inserted before it finished (their dispatch ran inside its child,
+ * or within one of its deferred children, which finish before it), so the
+ * walk finds them; once its tomb is pruned (keep_completed newer records
+ * finished), its kids are no longer reached through it.
+ *
  * Engines.  Every engine is in one process-wide cds_lfht (liburcu's
  * lock-free hash set, keyed by the engine's serial, no resizing, so no
  * helper thread): create adds it and destroy removes it, both lock-free,
@@ -78,37 +88,59 @@ struct kid_scan {
 	fanout_id parent;
 	uint64_t engine; /* ids are unique per engine only */
 	unsigned how;
+	uint64_t scanned; /* the serial of the engine being scanned */
 };
+
+static void walk_kids(fanout_id parent, uint64_t engine, unsigned how);
 
 static void cancel_kid(struct record *rec, void *arg)
 {
 	const struct kid_scan *k = arg;
 
-	if (rec->parent_id == k->parent && rec->parent_engine == k->engine)
-		fanout__cancel_rec(rec, k->how);
+	if (rec->parent_id != k->parent || rec->parent_engine != k->engine)
+		return;
+	/* A kid that finished already answers -EALREADY without walking
+	 * on; its own kids may still run ("Finished kids" above). */
+	if (fanout__cancel_rec(rec, k->how) &&
+	    atomic_load_explicit(&rec->has_kids, memory_order_relaxed))
+		walk_kids(rec->id, rec->e->serial, k->how);
 }
 
-void fanout__tree_cancel(struct record *rec, unsigned how)
+/* A kid that finished and whose block is gone, found by its tomb. */
+static void cancel_kid_tomb(fanout_id kid, void *arg)
 {
-	struct kid_scan k = {.parent = rec->id,
-			     .engine = rec->e->serial,
-			     .how = how | CANCEL_TREE};
+	const struct kid_scan *k = arg;
+
+	walk_kids(kid, k->scanned, k->how);
+}
+
+/* Interrupt every delegation whose parent is @parent of engine @engine. */
+static void walk_kids(fanout_id parent, uint64_t engine, unsigned how)
+{
+	struct kid_scan k = {.parent = parent, .engine = engine, .how = how};
 	struct cds_lfht_iter iter;
 	struct cds_lfht_node *node;
 	struct fanout_engine *e;
 
+	fanout__read_lock();
+	fanout__lfht_for_each(engines, &iter, node) {
+		e = caa_container_of(node, struct fanout_engine, engines_node);
+		FQ_HANDOFF_ACQUIRE(e);
+		k.scanned = e->serial;
+		fanout__table_for_each(e, cancel_kid, &k);
+		fanout__table_kid_tombs(e, parent, engine, cancel_kid_tomb, &k);
+	}
+	fanout__read_unlock();
+}
+
+void fanout__tree_cancel(struct record *rec, unsigned how)
+{
 	/* seq_cst fence: the interrupter's half of "Tree" (after the
 	 * fetch_or in fanout__cancel_rec, before the load of has_kids). */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (!atomic_load_explicit(&rec->has_kids, memory_order_relaxed))
 		return;
-	fanout__read_lock();
-	fanout__lfht_for_each(engines, &iter, node) {
-		e = caa_container_of(node, struct fanout_engine, engines_node);
-		FQ_HANDOFF_ACQUIRE(e);
-		fanout__table_for_each(e, cancel_kid, &k);
-	}
-	fanout__read_unlock();
+	walk_kids(rec->id, rec->e->serial, how | CANCEL_TREE);
 }
 
 struct session_scan {

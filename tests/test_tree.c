@@ -872,6 +872,95 @@ static void tree_within_after_parent_abandoned(void **state)
 	mb_free(outer);
 }
 
+/*
+ * The tree goes on through a delegation that finished.  R's child A
+ * dispatches K (background, another engine) and returns; R's child B
+ * waits to be interrupted, so R runs on.  K's child dispatches G (a third
+ * engine) and returns, so K finishes; G's child waits to be interrupted.
+ * Cancelling R must reach G: through K's record while K's event is still
+ * held, through K's tomb once it is freed.  (The walk stopped at K, whose
+ * cancel answered -EALREADY, and G ran on.)
+ */
+struct mid {
+	struct fanout_engine *ek, *eg;
+	struct probe g; /* until_interrupted */
+	atomic_int dispatched;
+};
+
+static int mid_k_fn(struct fanout_child *c, void *arg)
+{
+	struct mid *m = arg;
+	struct fanout_task t = {"G", probe_fn, &m->g};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	fanout_id id;
+
+	(void)c;
+	CHECK(fanout_dispatch(m->eg, &b, &id) == 0);
+	return 0;
+}
+
+static int mid_a_fn(struct fanout_child *c, void *arg)
+{
+	struct mid *m = arg;
+	struct fanout_task t = {"K", mid_k_fn, m};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	fanout_id id;
+
+	(void)c;
+	CHECK(fanout_dispatch(m->ek, &b, &id) == 0);
+	atomic_store(&m->dispatched, 1);
+	return 0;
+}
+
+static void tree_through_finished(bool free_k)
+{
+	struct mid m = {.g = {.until_interrupted = true}};
+	struct probe b_probe = {.until_interrupted = true};
+	struct fanout_engine *er =
+		NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	struct fanout_task t[2] = {{"A", mid_a_fn, &m},
+				   {"B", probe_fn, &b_probe}};
+	struct fanout_batch b = {.tasks = t, .ntasks = 2};
+	struct fanout_event *ev, *kev;
+	fanout_id rid = 0;
+
+	m.ek = NEW_ENGINE(.workers = 1, .max_depth = 4, .flags = FANOUT_NO_PIN);
+	m.eg = NEW_ENGINE(.workers = 1, .max_depth = 4, .flags = FANOUT_NO_PIN);
+	assert_int_equal(fanout_dispatch(er, &b, &rid), 0);
+	kev = must_wait(fanout_default_sink(m.ek)); /* K finished */
+	assert_int_equal(kev->status, FANOUT_COMPLETED);
+	if (free_k) {
+		fanout_event_free(kev);
+		kev = NULL;
+	}
+	assert_true(wait_flag(&m.g.runs, WAIT_MS)); /* G's child runs */
+	assert_int_equal(fanout_cancel(er, rid, FANOUT_CANCEL_INTERRUPT), 0);
+	ev = must_wait(fanout_default_sink(er));
+	assert_true(ev->id == rid);
+	fanout_event_free(ev);
+	ev = must_wait(fanout_default_sink(m.eg));
+	assert_int_equal(ev->status, FANOUT_INTERRUPTED);
+	assert_true(m.g.interrupted_seen);
+	fanout_event_free(ev);
+	if (kev)
+		fanout_event_free(kev);
+	fanout_destroy(er);
+	fanout_destroy(m.ek);
+	fanout_destroy(m.eg);
+}
+
+static void tree_through_finished_record(void **state)
+{
+	(void)state;
+	tree_through_finished(false);
+}
+
+static void tree_through_finished_tomb(void **state)
+{
+	(void)state;
+	tree_through_finished(true);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -887,6 +976,8 @@ int main(void)
 		TC(tree_within_from_completer),
 		TC(tree_within_abandon),
 		TC(tree_within_depth_limit),
+		TC(tree_through_finished_record),
+		TC(tree_through_finished_tomb),
 		TC(tree_nested_after_interrupt),
 		TC(tree_nested_run_of_one_after_interrupt),
 		TC(tree_within_after_parent_abandoned),
