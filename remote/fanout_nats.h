@@ -10,19 +10,21 @@
  * WIRE
  *
  *   fanout.work.<kind>      stream FANOUT_<KIND> (work queue, file storage);
- *                           one message per child, Nats-Msg-Id
- *                           "<dispatcher>.<seq>" so a republished child is
+ *                           one message per child, Nats-Msg-Id the
+ *                           child's key (below) so a republished child is
  *                           stored once.  Consumed by the durable pull
  *                           consumer "fanout-worker-<kind>" that every
  *                           worker of the kind shares (explicit ack,
  *                           AckWait, MaxDeliver).
  *   fanout.result.<disp>    stream FANOUT_RESULTS (work queue); one
- *                           message per outcome, Nats-Msg-Id
- *                           "r.<dispatcher>.<seq>", consumed by the
- *                           dispatcher's durable pull consumer, so outcomes
- *                           published while it is disconnected are
- *                           delivered when it is back.
- *   fanout.cancel.<kind>    core NATS; body "<dispatcher>.<seq>": the
+ *                           message per outcome, Nats-Msg-Id "r.<key>",
+ *                           consumed by the dispatcher's durable pull
+ *                           consumer, so outcomes published while it is
+ *                           disconnected are delivered when it is back.
+ *                           An outcome whose key is not one of this
+ *                           handle's (e.g. an earlier run's with the same
+ *                           id) finishes nothing.
+ *   fanout.cancel.<kind>    core NATS; body "<key>": the
  *                           dispatcher's cancel notice for one child.  A
  *                           worker running it interrupts it (the handler
  *                           sees fanout_interrupted()); a worker that
@@ -37,6 +39,17 @@
  *                           child exhausted MaxDeliver=N deliveries".
  *
  * A kind is 1..48 characters of [a-z0-9_-].
+ *
+ * A child's key is "<disp>.<nonce>.<seq>": <disp> the dispatcher id,
+ * <nonce> 16 lowercase hex digits drawn at random by each
+ * fanout_nats_open(), <seq> a decimal counter from 1 that starts again in
+ * every process.  The key travels in the Fanout-Key header of the work
+ * and result messages.  The nonce makes keys unique across runs: a
+ * dispatcher restarted with the same id within JetStream's duplicate
+ * window (2 minutes by default) would otherwise reuse the last run's
+ * Nats-Msg-Ids, and its children would be dropped as duplicates or
+ * matched to the last run's messages and outcomes.  At most 70
+ * characters.
  *
  * EXACTLY ONCE.  A child may RUN more than once (a worker killed after it
  * started, a result published but not acked); its OUTCOME is counted once:
@@ -77,7 +90,8 @@ struct fanout_nats;
  * @id:             dispatcher id, 1..32 characters of [A-Za-z0-9_-];
  *                  NULL = random.  Names the result subject and the
  *                  durable consumers; two live dispatchers must not share
- *                  it.
+ *                  it.  A restart may reuse it at once: children's keys
+ *                  carry a nonce of their own (WIRE above).
  * @connect_timeout_ms: first connection (default 2000).
  * @publish_window: children published and not yet acknowledged by
  *                  JetStream (default 4096): a child's fn blocks at most
@@ -169,7 +183,8 @@ FANOUT_API void fanout_nats_task_discard(struct fanout_task *t);
  * @republished: publish attempts retried (server down, ack lost).
  * @results:     outcomes that finished a child.
  * @duplicates:  outcomes dropped because the child was already finished
- *               (a second run's outcome, or one after a deadline).
+ *               (a second run's outcome, or one after a deadline), or
+ *               is not this handle's (an earlier run's with the same id).
  * @redelivered: outcomes that came from a delivery after the first (the
  *               worker that had the child died or stopped).
  * @exhausted:   children finished as ERROR after MaxDeliver deliveries.
@@ -213,7 +228,8 @@ FANOUT_API void fanout_nats_close(struct fanout_nats *n);
  * handler's arg.  Valid until the handler returns.
  * @payload, @len: the bytes given to fanout_nats_task().
  * @kind:     the kind served.
- * @key:      "<dispatcher>.<seq>", unique per child: key side effects on
+ * @key:      "<dispatcher>.<nonce>.<seq>" (WIRE above), unique per
+ *            child, also across dispatcher restarts: key side effects on
  *            it to make them idempotent across redeliveries.
  * @delivery: 1 for the first delivery, 2 after one redelivery, ...
  * @user:     fanout_nats_serve_opts.handler_arg.

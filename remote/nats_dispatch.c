@@ -7,7 +7,8 @@
  *   fanout_nats_task()   record allocated (payload copied), put on the
  *                        handle's list of tasks not started;
  *   child fn             fanout_defer(); the record leaves that list,
- *                        gets a process-wide seq and enters the table of
+ *                        gets a process-wide seq (its key: "<id>.<nonce>.
+ *                        <seq>", see make_nonce) and enters the table of
  *                        children in flight; on_cancel registered; the
  *                        work message is handed to js_PublishMsgAsync()
  *                        and fn returns -EINPROGRESS;
@@ -44,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -84,6 +86,9 @@ struct fanout_nats {
 	struct kind_ent *kinds;
 	unsigned nkinds;
 	char id[FNATS_ID_MAX + 1];
+	/* "<id>.<nonce>.": every key of this handle starts with it */
+	char key_prefix[FNATS_ID_MAX + FNATS_NONCE_LEN + 3];
+	size_t key_prefix_len;
 	char result_subject[32 + FNATS_ID_MAX];
 	char result_durable[32 + FNATS_ID_MAX];
 	char adv_durable[32 + FNATS_ID_MAX];
@@ -190,20 +195,49 @@ static void finish(struct rchild *r, int code, const char *error)
 
 static void key_of(const struct fanout_nats *n, uint64_t seq, char *key)
 {
-	snprintf(key, FNATS_KEY_MAX, "%s.%" PRIu64, n->id, seq);
+	snprintf(key, FNATS_KEY_MAX, "%s%" PRIu64, n->key_prefix, seq);
 }
 
-/* "<id>.<seq>" of this handle -> seq; 0 if not ours. */
+/* "<id>.<nonce>.<seq>" of this handle -> seq; 0 if not ours (another
+ * dispatcher's, or an earlier handle's with the same id). */
 static uint64_t seq_of(const struct fanout_nats *n, const char *key)
 {
-	size_t il = strlen(n->id);
+	const char *d;
 	char *end;
 	uint64_t seq;
 
-	if (!key || strncmp(key, n->id, il) || key[il] != '.')
+	if (!key || strncmp(key, n->key_prefix, n->key_prefix_len))
 		return 0;
-	seq = strtoull(key + il + 1, &end, 10);
+	d = key + n->key_prefix_len;
+	if (*d < '0' || *d > '9')
+		return 0;
+	seq = strtoull(d, &end, 10);
 	return *end ? 0 : seq;
+}
+
+/*
+ * This handle's nonce: FNATS_NONCE_LEN hex digits, random.  Keys are
+ * "<id>.<nonce>.<seq>" and seq restarts at 1 in every process, so
+ * without it a dispatcher restarted with the same fixed id reused the
+ * last run's keys, and so its Nats-Msg-Ids: within the duplicate window
+ * JetStream dropped its children as duplicates (never run), or matched
+ * them to the last run's still queued messages (the old payload run, its
+ * outcome taken for the new child).  64 random bits; should getrandom()
+ * fail, the time, pid and a counter stand in.
+ */
+static void make_nonce(char *out)
+{
+	static atomic_uint_fast64_t calls;
+	uint64_t x = 0;
+	struct timespec ts;
+
+	if (getrandom(&x, sizeof(x), GRND_NONBLOCK) != (ssize_t)sizeof(x)) {
+		clock_gettime(CLOCK_REALTIME, &ts);
+		x = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+		    ((uint64_t)getpid() << 40) ^
+		    (atomic_fetch_add(&calls, 1) * 0x9e3779b97f4a7c15ull);
+	}
+	snprintf(out, FNATS_NONCE_LEN + 1, "%016" PRIx64, x);
 }
 
 static void on_cancel(struct fanout_pending *p, void *arg)
@@ -680,6 +714,14 @@ int fanout_nats_open(const char *url, const struct fanout_nats_opts *o,
 		clock_gettime(CLOCK_REALTIME, &ts);
 		snprintf(n->id, sizeof(n->id), "d%x%lx%lx", (unsigned)getpid(),
 			 (unsigned long)ts.tv_sec, (unsigned long)ts.tv_nsec);
+	}
+	{
+		char nonce[FNATS_NONCE_LEN + 1];
+
+		make_nonce(nonce);
+		n->key_prefix_len = (size_t)snprintf(
+			n->key_prefix, sizeof(n->key_prefix), "%s.%s.", n->id,
+			nonce);
 	}
 	snprintf(n->result_subject, sizeof(n->result_subject),
 		 "fanout.result.%s", n->id);

@@ -24,9 +24,13 @@
 #define FNATS_HDR_GOAL "Fanout-Goal"
 /* Room left for headers below the server's max_payload. */
 #define FNATS_HEADER_ROOM 512
-/* A key is "<dispatcher id>.<seq>": 32 + 1 + 20 + NUL. */
-#define FNATS_KEY_MAX 64
+/* A key is "<dispatcher id>.<nonce>.<seq>": 32 + 1 + 16 + 1 + 20 + NUL
+ * (the nonce: random per fanout_nats_open(), see nats_dispatch.c). */
 #define FNATS_ID_MAX 32
+#define FNATS_NONCE_LEN 16
+#define FNATS_KEY_MAX 80
+_Static_assert(FNATS_KEY_MAX >= FNATS_ID_MAX + 1 + FNATS_NONCE_LEN + 1 + 20 + 1,
+	       "a key must fit FNATS_KEY_MAX");
 
 /* Names derived from a kind. */
 struct fnats_names {

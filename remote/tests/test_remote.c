@@ -470,6 +470,19 @@ static void test_dispatcher_reconnect(void **state)
 	env_free(v);
 }
 
+/* The key of the first child @log's worker started ("S <key> <n>"). */
+static void first_key(const char *log, char *key, size_t cap)
+{
+	char line[256];
+	FILE *f = fopen(log, "r");
+
+	assert_non_null(f);
+	assert_non_null(fgets(line, sizeof(line), f));
+	fclose(f);
+	assert_int_equal(sscanf(line, "S %79s", key), 1);
+	assert_true(strlen(key) < cap);
+}
+
 /* An outcome that arrives twice is counted once. */
 static void test_duplicate_outcome(void **state)
 {
@@ -480,6 +493,7 @@ static void test_duplicate_outcome(void **state)
 	natsConnection *nc = NULL;
 	natsMsg *m = NULL;
 	const char *body = "FO1 0 0 5 0\ntwice";
+	char key[80];
 	long t0;
 
 	(void)state;
@@ -490,11 +504,13 @@ static void test_duplicate_outcome(void **state)
 	assert_string_equal(ev->results[0].summary, "once");
 	fanout_event_free(ev);
 	/* the same child's outcome again, as a second run would send it */
+	first_key(v->log[0], key, sizeof(key));
+	assert_non_null(strstr(key, "tdisp."));
 	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
 	assert_int_equal(natsMsg_Create(&m, "fanout.result.tdisp", NULL, body,
 					(int)strlen(body)),
 			 NATS_OK);
-	natsMsgHeader_Set(m, "Fanout-Key", "tdisp.1");
+	natsMsgHeader_Set(m, "Fanout-Key", key);
 	natsMsgHeader_Set(m, "Fanout-Delivery", "2");
 	assert_int_equal(natsConnection_PublishMsg(nc, m), NATS_OK);
 	natsConnection_Flush(nc);
@@ -508,6 +524,125 @@ static void test_duplicate_outcome(void **state)
 	assert_int_equal(st.duplicates, 1);
 	assert_int_equal(st.results, 1);
 	assert_int_equal(fanout_poll(fanout_default_sink(v->e), &ev), -EAGAIN);
+	env_free(v);
+}
+
+/*
+ * A dispatcher in a process of its own (this program, re-executed with
+ * --dispatch-once): opens with id @id, dispatches one child of kind "t"
+ * with @payload, waits up to @wait_ms for its event, closes and exits.
+ * Its stdout, "EVENT <status> <code> <summary>" or "NOEVENT", lands in
+ * @out.  A fresh process is what a restarted dispatcher is: its
+ * library state starts from zero.
+ */
+static int dispatch_once_main(int argc, char **argv)
+{
+	static const char *const kinds[] = {"t"};
+	struct fanout_config cfg = {.flags = FANOUT_NO_PIN, .workers = 1};
+	struct fanout_nats_opts o = {.kinds = kinds, .nkinds = 1};
+	struct fanout_engine *e = NULL;
+	struct fanout_nats *n = NULL;
+	struct fanout_event *ev = NULL;
+	struct fanout_task t;
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	int err;
+
+	if (argc != 6)
+		return 2;
+	o.id = argv[3];
+	if (fanout_create(&cfg, &e) || fanout_nats_open(argv[2], &o, &n) ||
+	    fanout_nats_task(n, "t", argv[4], strlen(argv[4]), NULL, &t) ||
+	    fanout_dispatch(e, &b, NULL))
+		return 3;
+	err = fanout_wait(fanout_default_sink(e), &ev, atoi(argv[5]));
+	if (!err)
+		printf("EVENT %s %d %s\n",
+		       fanout_status_name(ev->results[0].status),
+		       ev->results[0].code,
+		       ev->results[0].summary ? ev->results[0].summary : "-");
+	else
+		printf("NOEVENT\n");
+	fflush(stdout);
+	if (ev)
+		fanout_event_free(ev);
+	fanout_shutdown(e);
+	fanout_nats_close(n);
+	fanout_destroy(e);
+	return nats_suite_end(0);
+}
+
+static void run_dispatch_once(struct env *v, const char *id,
+			      const char *payload, int wait_ms, char *out,
+			      size_t cap)
+{
+	char self[PATH_MAX], ms[16];
+	char *argv[] = {self,		   "--dispatch-once", v->srv.url,
+			(char *)id,	   (char *)payload,   ms,
+			NULL};
+	ssize_t l = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	size_t got = 0;
+	int fd[2], st;
+	pid_t pid;
+
+	assert_true(l > 0);
+	self[l] = '\0';
+	snprintf(ms, sizeof(ms), "%d", wait_ms);
+	assert_int_equal(pipe(fd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(fd[1], 1);
+		close(fd[0]);
+		close(fd[1]);
+		execv(self, argv);
+		_exit(127);
+	}
+	close(fd[1]);
+	for (;;) {
+		ssize_t r = read(fd[0], out + got, cap - 1 - got);
+
+		if (r <= 0 || got + (size_t)r >= cap - 1) {
+			got += r > 0 ? (size_t)r : 0;
+			break;
+		}
+		got += (size_t)r;
+	}
+	out[got] = '\0';
+	close(fd[0]);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/*
+ * A dispatcher restarted with the same fixed id, well within JetStream's
+ * duplicate window (2 minutes): its children are its own.  Keys once
+ * restarted from "<id>.1" in every process, so JetStream took the new
+ * run's work messages for duplicates of the old run's: a child queued
+ * by the old run was run in place of the new one (the new run got the
+ * old payload's outcome), and one whose key the old run had already
+ * used was never stored, so it never completed.
+ */
+static void test_restart_same_id(void **state)
+{
+	struct env *v = env_new(NULL);
+	char out[512];
+
+	(void)state;
+	/* this process uses libnats too (nats_suite_end() expects it) */
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	/* run 1: no worker yet; its child stays queued after it exits */
+	run_dispatch_once(v, "fixed", "echo:first", 300, out, sizeof(out));
+	assert_string_equal(out, "NOEVENT\n");
+	start_worker(v, 0, "t", 1, 5);
+	/* run 2: its own payload's outcome, not run 1's */
+	run_dispatch_once(v, "fixed", "echo:second", 30000, out, sizeof(out));
+	assert_string_equal(out, "EVENT completed 0 second\n");
+	/* run 3: stored and run, though runs 1 and 2 are in the window */
+	run_dispatch_once(v, "fixed", "echo:third", 30000, out, sizeof(out));
+	assert_string_equal(out, "EVENT completed 0 third\n");
+	/* run 1's orphan was run too, under a key of its own */
+	assert_true(h_wait_lines(v->log[0], "D ", 3, 30000));
 	env_free(v);
 }
 
@@ -613,7 +748,7 @@ static void test_publish_fails_after_accept(void **state)
 	env_free(v);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_roundtrip, teardown),
@@ -630,9 +765,12 @@ int main(void)
 		cmocka_unit_test_teardown(test_bad_input, teardown),
 		cmocka_unit_test_teardown(test_publish_fails_after_accept,
 					  teardown),
+		cmocka_unit_test_teardown(test_restart_same_id, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
+	if (argc > 1 && !strcmp(argv[1], "--dispatch-once"))
+		return dispatch_once_main(argc, argv);
 	if (getenv("REMOTE_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("REMOTE_TEST_FILTER"));
 	return nats_suite_end(cmocka_run_group_tests(tests, NULL, NULL));
