@@ -265,8 +265,11 @@ struct fanout_nats_job {
  *               dead worker.
  * @stop:        the call returns soon after *@stop becomes non-zero (set
  *               it from a signal handler).  Children running then are
- *               interrupted and handed back (Nak) for another worker;
- *               their outcomes are not sent.
+ *               interrupted; each that does not complete (returns
+ *               -ECANCELED, or any other error) is handed back (Nak) for
+ *               another worker and its outcome is not sent; one that
+ *               completes anyway has its outcome sent.  A child the
+ *               dispatcher cancelled has its outcome sent either way.
  */
 struct fanout_nats_serve_opts {
 	const char *url;

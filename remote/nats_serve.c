@@ -313,8 +313,14 @@ static void finish(struct server *sv, struct fanout_event *ev)
 	j->prev->next = j->next;
 	j->next->prev = j->prev;
 	sv->running--;
-	if (sv->stopping && !j->cancelled && r->status == FANOUT_INTERRUPTED) {
-		/* Interrupted by our own stop: hand it to another worker. */
+	if (sv->stopping && !j->cancelled && r->status != FANOUT_COMPLETED) {
+		/* Interrupted by our own stop: hand it to another worker,
+		 * whatever the handler made of the interrupt.  A handler
+		 * that gives up with an error of its own (an exec'd command
+		 * killed, an aborted request) failed because of this stop,
+		 * not because of the child: sending that would finish the
+		 * child as an ERROR another worker would not have had.  One
+		 * that completed anyway is sent. */
 		fnats_ack(sv->nc, j->msg, FNATS_NAK);
 		job_free(j);
 	} else if (fnats_encode_outcome(r, &j->body, &j->blen)) {

@@ -8,6 +8,10 @@
  *   "fail:N:TEXT"      error TEXT, code -N
  *   "cost:X"           add cost X, completed
  *   "crash"            the worker process dies (SIGKILL) while running it
+ *   "stopfail:TEXT"    first delivery: waits (up to 60 s) for an interrupt,
+ *                      then fails with -EIO, as a handler whose command
+ *                      was killed by the worker's stop; later deliveries:
+ *                      as echo
  *   "noop"             completed, nothing else
  *
  *   remote-test-worker --url URL --kind K [--concurrency N]
@@ -90,6 +94,22 @@ static int handler(struct fanout_child *c, void *arg)
 		rc = (int)-code;
 	} else if (!strncmp(buf, "cost:", 5)) {
 		fanout_add_cost(c, strtod(buf + 5, NULL));
+	} else if (!strncmp(buf, "stopfail:", 9)) {
+		struct timespec t0, now;
+
+		if (job->delivery > 1) {
+			fanout_set_summary(c, buf + 9, strlen(buf + 9));
+			logline("D", job->key, job->delivery);
+			return 0;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		do {
+			usleep(5000);
+			clock_gettime(CLOCK_MONOTONIC, &now);
+		} while (!fanout_interrupted(c) && now.tv_sec - t0.tv_sec < 60);
+		logline("C", job->key, job->delivery);
+		fanout_set_error(c, "stopped mid-run");
+		rc = -EIO;
 	} else if (!strcmp(buf, "crash")) {
 		raise(SIGKILL);
 	} else {

@@ -646,6 +646,36 @@ static void test_restart_same_id(void **state)
 	env_free(v);
 }
 
+/*
+ * A worker stopped (SIGTERM) while a handler runs, which gives up with an
+ * error of its own (-EIO: its command killed) rather than -ECANCELED:
+ * the child is handed back and completed by another worker.  The
+ * stopping worker once sent that error as the child's outcome.
+ */
+static void test_stop_hands_back_failed(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[] = {"stopfail:again"};
+	struct fanout_event *ev;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	start_worker(v, 0, "t", 1, 5);
+	dispatch(v, "t", pl, 1, 0);
+	assert_true(h_wait_lines(v->log[0], "S ", 1, 30000));
+	h_kill_wait(v->w[0], SIGTERM);
+	v->w[0] = 0;
+	/* the handler saw the stop's interrupt and failed */
+	assert_int_equal(h_count_lines(v->log[0], "C "), 1);
+	start_worker(v, 1, "t", 1, 5);
+	ev = one_event(v, 60000);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	assert_string_equal(ev->results[0].summary, "again");
+	fanout_event_free(ev);
+	assert_int_equal(h_count_lines(v->log[1], "S "), 1);
+	env_free(v);
+}
+
 static int never_called(struct fanout_child *c, void *arg)
 {
 	(void)c;
@@ -766,6 +796,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_publish_fails_after_accept,
 					  teardown),
 		cmocka_unit_test_teardown(test_restart_same_id, teardown),
+		cmocka_unit_test_teardown(test_stop_hands_back_failed,
+					  teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
