@@ -108,8 +108,9 @@
  * yourself: they are not reentrant.  An engine created before the fork,
  * and its sinks, belong to the parent: their workers do not exist in the
  * child, so in the child every call on them fails with -EOWNERDEAD and
- * changes nothing - dispatch, run, delegate, cancel, lookup, list, stats,
- * shutdown, sink_create/destroy, sink_fd, and poll/wait even when events
+ * changes nothing - dispatch, run, delegate, cancel, cancel_session,
+ * lookup, list, stats, worker_stats, shutdown, sink_create/destroy,
+ * sink_fd, and poll/wait even when events
  * wait in the sink (they are the parent's, and the eventfd is shared with
  * the parent).  Only fanout_destroy() works: it frees the child's copy
  * (sinks, their queued events and eventfd descriptors, finished records,
@@ -392,7 +393,9 @@ struct fanout_task {
  *               the event goes out as soon as the running synchronous
  *               children return, with event->timed_out set.  At most
  *               FANOUT_MAX_DEADLINE_NS.  One timer thread per engine
- *               serves every deadline (started on the first one).
+ *               serves every deadline (started on the first one).  If it
+ *               has no memory to keep a deadline, that deadline passes at
+ *               once (timed out early rather than never).
  * @join:        FANOUT_JOIN_ALL (0): wait for every child.
  *               FANOUT_JOIN_FIRST_ERROR: the first child that ends in
  *               FANOUT_ERROR interrupts the rest (errgroup, oneTBB).
@@ -836,7 +839,7 @@ FANOUT_API int fanout_cancel(struct fanout_engine *e, fanout_id id,
  * Context: never blocks (RCU read side); cost proportional to the records
  * in the table.
  * Return: 0 (also when none matched: *n = 0); -EINVAL (NULL @e or
- * @session_key, bad @how).
+ * @session_key, bad @how); -EOWNERDEAD (@e crossed a fork()).
  */
 FANOUT_API int fanout_cancel_session(struct fanout_engine *e,
 				     const char *session_key, unsigned how,
@@ -890,7 +893,7 @@ FANOUT_API int fanout_stats(struct fanout_engine *e, struct fanout_stats *st);
  * this reaches every worker.  Each counter is read on its own, as in
  * fanout_stats().  Context: never blocks.
  * Return: 0; -EINVAL (NULL @e or @out); -ERANGE (@i >= the number of
- * workers; *out untouched).
+ * workers; *out untouched); -EOWNERDEAD (@e crossed a fork()).
  */
 FANOUT_API int fanout_worker_stats(struct fanout_engine *e, unsigned i,
 				   struct fanout_worker_stats *out);

@@ -442,6 +442,8 @@ int fanout_worker_stats(struct fanout_engine *e, unsigned i,
 {
 	if (!e || !out)
 		return -EINVAL;
+	if (fanout__inherited(e->fork_gen))
+		return -EOWNERDEAD; /* as fanout_stats */
 	if (i >= e->cfg.workers)
 		return -ERANGE;
 	worker_stats(e, i, out);

@@ -300,6 +300,9 @@ static void X01_X03_fork_while_busy(void **state)
 		KID(fanout_lookup(e, id_done, &info) == -EOWNERDEAD);
 		KID(fanout_list(e, NULL, 0, &n) == -EOWNERDEAD);
 		KID(fanout_stats(e, &st) == -EOWNERDEAD);
+		KID(fanout_worker_stats(e, 0, &st.worker[0]) == -EOWNERDEAD);
+		KID(fanout_cancel_session(e, "s", FANOUT_CANCEL_PENDING, &n) ==
+		    -EOWNERDEAD);
 		KID(fanout_shutdown(e) == -EOWNERDEAD);
 		/* Bad arguments are still bad arguments. */
 		KID(fanout_dispatch(e, NULL, &id) == -EINVAL);
