@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -285,6 +286,16 @@ static void json_str(struct out *o, const char *str)
 	puts_(o, "\"");
 }
 
+/* A number for JSON: a cost summed past the largest double is inf,
+ * which JSON has no literal for: null. */
+static void json_num(struct out *o, double v)
+{
+	if (isfinite(v))
+		putf(o, "%.17g", v);
+	else
+		puts_(o, "null");
+}
+
 int fanout_event_json(const struct fanout_event *ev, char *buf, size_t len)
 {
 	struct out o = {buf, len, 0};
@@ -301,9 +312,10 @@ int fanout_event_json(const struct fanout_event *ev, char *buf, size_t len)
 	json_str(&o, ev->context);
 	puts_(&o, ",\"session_key\":");
 	json_str(&o, ev->session_key);
-	putf(&o, ",\"dispatched_ns\":%llu,\"completed_ns\":%llu,\"cost\":%.17g",
+	putf(&o, ",\"dispatched_ns\":%llu,\"completed_ns\":%llu,\"cost\":",
 	     (unsigned long long)ev->dispatched_ns,
-	     (unsigned long long)ev->completed_ns, ev->cost);
+	     (unsigned long long)ev->completed_ns);
+	json_num(&o, ev->cost);
 	putf(&o,
 	     ",\"completed\":%u,\"errors\":%u,\"interrupted\":%u,"
 	     "\"cancelled\":%s,\"results\":[",
@@ -320,8 +332,10 @@ int fanout_event_json(const struct fanout_event *ev, char *buf, size_t len)
 		json_str(&o, r->summary);
 		puts_(&o, ",\"error\":");
 		json_str(&o, r->status == FANOUT_COMPLETED ? NULL : r->error);
-		putf(&o, ",\"code\":%d,\"duration_ns\":%llu,\"cost\":%.17g}",
-		     r->code, (unsigned long long)r->duration_ns, r->cost);
+		putf(&o, ",\"code\":%d,\"duration_ns\":%llu,\"cost\":", r->code,
+		     (unsigned long long)r->duration_ns);
+		json_num(&o, r->cost);
+		puts_(&o, "}");
 	}
 	puts_(&o, "]}");
 	return finish(&o);

@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* test_format.c - fanout_format, fanout_event_json, fanout_strerror. */
 #include "common.h"
+
+#include <float.h>
+#include <math.h>
 #include "utf8.h"
 
 #include <jansson.h>
@@ -716,6 +719,30 @@ static void strerror_unknown_codes(void **state)
 	assert_non_null(fanout_strerror(-EMFILE));
 }
 
+/* Costs summed past the largest double are inf, which JSON cannot say:
+ * the JSON has null there and still parses (it had "cost":inf). */
+static void json_cost_overflow_is_null(void **state)
+{
+	struct evfix f;
+	json_t *root, *res;
+
+	f.e = NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	f.tb = tb_new(2);
+	f.tb->probes[0].cost = DBL_MAX;
+	f.tb->probes[1].cost = DBL_MAX;
+	assert_int_equal(fanout_run(f.e, &f.tb->b, &f.ev), 0);
+	assert_true(isinf(f.ev->cost));
+	char *buf = format_alloc(f.ev, true);
+	root = json_parse(buf, strlen(buf));
+	assert_non_null(root);
+	assert_true(json_is_null(json_object_get(root, "cost")));
+	res = json_array_get(json_object_get(root, "results"), 0);
+	assert_true(json_is_number(json_object_get(res, "cost")));
+	json_decref(root);
+	free(buf);
+	drop_event(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -726,6 +753,7 @@ int main(void)
 		TC(json_snprintf_semantics),
 		TC(json_valid_and_escaped),
 		TC(json_nulls_and_statuses),
+		TC(json_cost_overflow_is_null),
 		TC(json_large_summary),
 		TC(jansson_is_strict),
 		TC(json_bad_utf8_replaced),
