@@ -245,6 +245,7 @@ int fanout__timer_start(struct fanout_engine *e)
 	struct fanout_timer *t;
 	uint32_t st = TIMER_OFF;
 	sigset_t all, old;
+	pthread_attr_t attr;
 	int err;
 
 	/* acquire: pairs with the release store of TIMER_ON below. */
@@ -277,11 +278,22 @@ int fanout__timer_start(struct fanout_engine *e)
 	atomic_init(&t->live, 0);
 	atomic_init(&t->inbox_n, 0);
 	fq_ec_init(&t->ec);
-	/* The thread takes no signals of the application's. */
+	/* The thread takes no signals of the application's, and neither the
+	 * CPUs nor the scheduling policy of the thread that happens to make
+	 * the first deadline dispatch (fq_thread_attr). */
+	if (fq_thread_attr(e->q, &attr)) {
+		fanout__free(t, sizeof(*t));
+		err = -EAGAIN;
+		goto out_off;
+	}
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	err = -pthread_create(&t->thread, NULL, timer_main, t);
+	err = -pthread_create(&t->thread, &attr, timer_main, t);
+	if (err == -EINVAL || err == -EPERM) /* a CPU went away, or a policy
+						 * we may not set: inherit */
+		err = -pthread_create(&t->thread, NULL, timer_main, t);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
 	if (err) {
 		fanout__free(t, sizeof(*t));
 		err = -EAGAIN;

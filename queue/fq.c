@@ -186,6 +186,8 @@ struct fq {
 	unsigned capacity;	    /* I: usable entries, slots - 1 */
 	uint64_t spin_ns;	    /* I */
 	struct fq_worker *workers;  /* I */
+	cpu_set_t cpus;		    /* I: the workers' CPUs (worker_mask) */
+	bool cpus_known;	    /* I */
 
 	/* Credits (argument 1): written by producers only, on their own
 	 * line so that workers never write it and reserve/unreserve traffic
@@ -1063,6 +1065,20 @@ static int start_thread(struct fq_worker *wk, const cpu_set_t *mask)
 	return err;
 }
 
+int fq_thread_attr(const struct fq *q, pthread_attr_t *attr)
+{
+	struct sched_param prio = {.sched_priority = 0};
+
+	if (pthread_attr_init(attr))
+		return -EAGAIN;
+	if (q->cpus_known)
+		pthread_attr_setaffinity_np(attr, sizeof(q->cpus), &q->cpus);
+	pthread_attr_setinheritsched(attr, PTHREAD_EXPLICIT_SCHED);
+	pthread_attr_setschedpolicy(attr, SCHED_OTHER);
+	pthread_attr_setschedparam(attr, &prio);
+	return 0;
+}
+
 /* "fanout-w<index>" in top, ps -L, perf and gdb.  Set by the creator, so
  * the name is there when fq_create() returns; a failure (the name is only
  * cosmetic) is ignored. */
@@ -1111,6 +1127,8 @@ int fq_create(const struct fq_params *p, struct fq **out)
 	atomic_init(&q->stopping, false);
 	atomic_init(&q->app_cpu, -1);
 	ncpus = allowed_cpus(cpus, CPU_SETSIZE, &mask);
+	q->cpus = mask;
+	q->cpus_known = ncpus > 0;
 	for (i = 0; i < p->workers; i++) {
 		struct fq_worker *wk = &q->workers[i];
 

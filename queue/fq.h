@@ -34,6 +34,7 @@
 #ifndef FANOUT_QUEUE_FQ_H
 #define FANOUT_QUEUE_FQ_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -203,6 +204,12 @@ bool fq_woke_worker(void);
  * any queue, whatever it was in the parent (a child task that forked on a
  * worker); lib/fork.c calls it. */
 void fq_fork_child(void);
+/* Attributes for a helper thread of the engine (the deadline timer): the
+ * workers' CPUs (not those of whichever thread starts it: a pinned
+ * worker's child, a dispatcher pinned to its own core) and the normal
+ * policy (not SCHED_IDLE or a real-time one inherited from it).  0, or
+ * -EAGAIN; destroy @attr after use. */
+int fq_thread_attr(const struct fq *q, pthread_attr_t *attr);
 
 uint64_t fq_spin_ns(const struct fq *q);
 /* Index of the calling worker thread of @q, or -1 if it is not one. */

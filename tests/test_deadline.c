@@ -7,6 +7,9 @@
  */
 #include "defer.h"
 
+#include <dirent.h>
+#include <sched.h>
+
 #define MS (1000000ull)
 
 static struct fanout_engine *eng2(void)
@@ -658,6 +661,104 @@ static void deadline_cancel_complete_race(void **state)
 		      by[0], by[1], by[2]);
 }
 
+/* The thread id of this process's thread named @name, or 0. */
+static pid_t thread_named(const char *name)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+	pid_t tid = 0;
+
+	assert_non_null(d);
+	while (!tid && (de = readdir(d))) {
+		char path[300], comm[32] = "";
+		FILE *f;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
+			 de->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f) &&
+		    strncmp(comm, name, strlen(name)) == 0 &&
+		    comm[strlen(name)] == '\n')
+			tid = (pid_t)atoi(de->d_name);
+		fclose(f);
+	}
+	closedir(d);
+	return tid;
+}
+
+/* Start an engine's timer with a deadline batch run from a child. */
+static int start_timer_fn(struct fanout_child *c, void *arg)
+{
+	atomic_int n = 0;
+	struct fanout_task t = {"dl", count_fn, &n};
+	struct fanout_batch b = {
+		.tasks = &t, .ntasks = 1, .deadline_ns = 1000000000ull};
+	struct fanout_event *ev = NULL;
+	int rc = fanout_run(arg, &b, &ev);
+
+	(void)c;
+	if (rc == 0)
+		fanout_event_free(ev);
+	return rc;
+}
+
+struct idle_start {
+	struct fanout_engine *e;
+	int rc;
+};
+
+static void *idle_starter_thread(void *arg)
+{
+	struct idle_start *is = arg;
+	struct sched_param prio = {.sched_priority = 0};
+
+	is->rc = pthread_setschedparam(pthread_self(), SCHED_IDLE, &prio);
+	if (is->rc == 0)
+		is->rc = start_timer_fn(NULL, is->e);
+	return NULL;
+}
+
+/*
+ * The timer thread takes the workers' CPUs and the normal policy, not
+ * those of the thread that made the first deadline dispatch: here a child
+ * on a worker pinned to one CPU, then a SCHED_IDLE thread.  (It kept the
+ * pinned worker's one CPU, and ran as SCHED_IDLE: deadlines 3-255 ms late
+ * under load.)
+ */
+static void timer_thread_not_inherited(void **state)
+{
+	cpu_set_t all, got;
+	struct fanout_engine *e;
+	struct idle_start is;
+
+	assert_int_equal(sched_getaffinity(0, sizeof(all), &all), 0);
+	if (CPU_COUNT(&all) < 2)
+		skip();		      /* one CPU: nothing to tell apart */
+	e = NEW_ENGINE(.workers = 2); /* pinned, one CPU each */
+	struct fanout_task t = {"starter", start_timer_fn, e};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	must_dispatch_b(e, &b);
+	fanout_event_free(must_wait(fanout_default_sink(e)));
+	pid_t tid = thread_named("fanout-timer");
+	assert_true(tid > 0);
+	assert_int_equal(sched_getaffinity(tid, sizeof(got), &got), 0);
+	assert_int_equal(CPU_COUNT(&got), 2); /* both workers' CPUs */
+	fanout_destroy(e);
+
+	is.e = NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	pthread_t th = spawn(idle_starter_thread, &is);
+	join(th);
+	assert_int_equal(is.rc, 0);
+	tid = thread_named("fanout-timer");
+	assert_true(tid > 0);
+	assert_int_equal(sched_getscheduler(tid), SCHED_OTHER);
+	fanout_destroy(is.e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -673,6 +774,7 @@ int main(void)
 		TC(deadline_bad_value),
 		TC(far_deadline_destroy),
 		TC(deadline_cancel_complete_race),
+		TC(timer_thread_not_inherited),
 	};
 	tc_filters();
 	return cmocka_run_group_tests(tests, NULL, NULL);
