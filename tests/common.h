@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <dirent.h>
 #include <cmocka.h>
 
 #include "fanout.h"
@@ -413,6 +414,53 @@ static inline pthread_t spawn(void *(*fn)(void *), void *arg)
 static inline void join(pthread_t t)
 {
 	assert_int_equal(pthread_join(t, NULL), 0);
+}
+
+/* CLOCK_REALTIME @ms from now (for timed waits on condvars, semaphores). */
+static inline struct timespec realtime_in_ms(unsigned ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
+/* Call @fn with the id and name of every thread of this process, until it
+ * returns true (threads that exit meanwhile are skipped). */
+static inline void
+each_thread(bool (*fn)(pid_t tid, const char *name, void *arg), void *arg)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+
+	assert_non_null(d);
+	while ((de = readdir(d))) {
+		char path[300], comm[32] = "";
+		bool stop = false;
+		FILE *f;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
+			 de->d_name);
+		f = fopen(path, "r");
+		if (!f) /* the thread exited meanwhile */
+			continue;
+		if (fgets(comm, sizeof(comm), f)) {
+			comm[strcspn(comm, "\n")] = '\0';
+			stop = fn((pid_t)atoi(de->d_name), comm, arg);
+		}
+		fclose(f);
+		if (stop)
+			break;
+	}
+	closedir(d);
 }
 
 /* Does @hay contain @needle?  (assert helper with a readable message) */

@@ -88,16 +88,9 @@ static inline void dq_push(struct dq *q, struct dchild *d)
 /* The next deferred child; NULL after @ms without one. */
 static inline struct dchild *dq_pop(struct dq *q, int ms)
 {
-	struct timespec ts;
+	struct timespec ts = realtime_in_ms(ms);
 	struct dchild *d = NULL;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
 	pthread_mutex_lock(&q->mu);
 	while (q->head == q->tail)
 		if (pthread_cond_timedwait(&q->cv, &q->mu, &ts) == ETIMEDOUT)

@@ -7,7 +7,6 @@
  */
 #include "defer.h"
 
-#include <dirent.h>
 #include <sched.h>
 
 #define MS (1000000ull)
@@ -661,33 +660,28 @@ static void deadline_cancel_complete_race(void **state)
 		      by[0], by[1], by[2]);
 }
 
+struct named {
+	const char *name;
+	pid_t tid;
+};
+
+static bool find_named(pid_t tid, const char *name, void *arg)
+{
+	struct named *n = arg;
+
+	if (strcmp(name, n->name))
+		return false;
+	n->tid = tid;
+	return true;
+}
+
 /* The thread id of this process's thread named @name, or 0. */
 static pid_t thread_named(const char *name)
 {
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *de;
-	pid_t tid = 0;
+	struct named n = {name, 0};
 
-	assert_non_null(d);
-	while (!tid && (de = readdir(d))) {
-		char path[300], comm[32] = "";
-		FILE *f;
-
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
-			 de->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (fgets(comm, sizeof(comm), f) &&
-		    strncmp(comm, name, strlen(name)) == 0 &&
-		    comm[strlen(name)] == '\n')
-			tid = (pid_t)atoi(de->d_name);
-		fclose(f);
-	}
-	closedir(d);
-	return tid;
+	each_thread(find_named, &n);
+	return n.tid;
 }
 
 /* Start an engine's timer with a deadline batch run from a child. */

@@ -4,9 +4,7 @@
  * the outcome, on_cancel, ABANDON, shutdown, capacity and bad input.
  */
 #include "defer.h"
-#include "fanout_testing.h"
-
-#include <semaphore.h>
+#include "points.h"
 
 static struct fanout_engine *eng2(void)
 {
@@ -1743,23 +1741,6 @@ struct within_race {
 
 static _Thread_local bool race_y;
 
-static bool sem_wait_ms(sem_t *s, unsigned ms)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	while (sem_timedwait(s, &ts))
-		if (errno != EINTR)
-			return false;
-	return true;
-}
-
 static void within_hook(void *arg, enum fanout_test_point at, const void *obj)
 {
 	struct within_race *w = arg;
@@ -1868,33 +1849,15 @@ static void within_races_abandon_and_free(void **state)
  * to free the engine under it (ASan: use after free in put_signal).
  */
 struct late_finish {
-	struct fanout_engine *e;
 	struct fanout_pending *p;
-	sem_t at, go;
-	atomic_int fired;
 	int rc;
 };
-
-static _Thread_local bool late_mine;
-
-static void late_finish_hook(void *arg, enum fanout_test_point at,
-			     const void *obj)
-{
-	struct late_finish *lf = arg;
-
-	(void)obj;
-	if (at != FANOUT_AT_ACTIVE_DONE || !late_mine ||
-	    atomic_exchange(&lf->fired, 1))
-		return;
-	sem_post(&lf->at);
-	sem_wait(&lf->go);
-}
 
 static void *late_completer_thread(void *arg)
 {
 	struct late_finish *lf = arg;
 
-	late_mine = true;
+	pause_mine = true;
 	lf->rc = fanout_complete(lf->p, NULL);
 	return NULL;
 }
@@ -1908,30 +1871,28 @@ static void *destroyer_thread(void *arg)
 static void complete_races_destroy(void **state)
 {
 	struct late_finish lf = {0};
+	struct pause p;
 	struct dchild d = {0};
 	struct fanout_task t = {"defers", defer_fn, &d};
 	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	struct fanout_engine *e;
 
-	if (fanout_test_hook(late_finish_hook, &lf) == -ENOTSUP)
+	if (!pause_arm(&p, FANOUT_AT_ACTIVE_DONE))
 		skip(); /* a build without test points */
-	assert_int_equal(sem_init(&lf.at, 0, 0), 0);
-	assert_int_equal(sem_init(&lf.go, 0, 0), 0);
-	lf.e = NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
-	must_dispatch_b(lf.e, &b);
+	e = NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	must_dispatch_b(e, &b);
 	lf.p = dc_wait(&d);
 	assert_non_null(lf.p);
 	pthread_t c = spawn(late_completer_thread, &lf);
-	assert_true(sem_wait_ms(&lf.at, WAIT_MS)); /* the unit is dropped */
-	pthread_t k = spawn(destroyer_thread, lf.e);
+	pause_wait(&p); /* the unit is dropped */
+	pthread_t k = spawn(destroyer_thread, e);
 	sleep_ms(100); /* time to free the engine, were it not waited for */
-	sem_post(&lf.go);
+	pause_go(&p);
 	join(c);
 	join(k);
-	assert_int_equal(fanout_test_hook(NULL, NULL), 0);
+	pause_done(&p);
 	assert_int_equal(lf.rc, 0);
 	assert_int_equal(atomic_load(&d.runs), 1);
-	sem_destroy(&lf.at);
-	sem_destroy(&lf.go);
 }
 
 /*
@@ -1944,24 +1905,8 @@ static void complete_races_destroy(void **state)
 struct cross_within {
 	struct fanout_engine *e2;
 	struct fanout_pending *p;
-	sem_t at, go;
-	atomic_int fired;
 	int rc;
 };
-
-static _Thread_local bool cross_mine;
-
-static void cross_hook(void *arg, enum fanout_test_point at, const void *obj)
-{
-	struct cross_within *cw = arg;
-
-	(void)obj;
-	if (at != FANOUT_AT_ORIGIN_TAKEN || !cross_mine ||
-	    atomic_exchange(&cw->fired, 1))
-		return;
-	sem_post(&cw->at);
-	sem_wait(&cw->go);
-}
 
 static void *cross_dispatch_thread(void *arg)
 {
@@ -1971,7 +1916,7 @@ static void *cross_dispatch_thread(void *arg)
 	struct fanout_batch b = {.tasks = &t, .ntasks = 1, .within = cw->p};
 	fanout_id id;
 
-	cross_mine = true;
+	pause_mine = true;
 	cw->rc = fanout_dispatch(cw->e2, &b, &id);
 	return NULL;
 }
@@ -1979,28 +1924,27 @@ static void *cross_dispatch_thread(void *arg)
 static void within_other_engine_destroyed(void **state)
 {
 	struct cross_within cw = {0};
+	struct pause p;
 	struct dchild d = {0};
 	struct fanout_task t = {"defers", defer_fn, &d};
 	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	struct fanout_engine *e1;
 
-	if (fanout_test_hook(cross_hook, &cw) == -ENOTSUP)
+	if (!pause_arm(&p, FANOUT_AT_ORIGIN_TAKEN))
 		skip(); /* a build without test points */
-	assert_int_equal(sem_init(&cw.at, 0, 0), 0);
-	assert_int_equal(sem_init(&cw.go, 0, 0), 0);
 	e1 = NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
 	cw.e2 = NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
 	must_dispatch_b(e1, &b);
 	cw.p = dc_wait(&d);
 	assert_non_null(cw.p);
 	pthread_t t1 = spawn(cross_dispatch_thread, &cw);
-	assert_true(sem_wait_ms(&cw.at, WAIT_MS)); /* it holds E1's record */
+	pause_wait(&p); /* it holds E1's record */
 	pthread_t k = spawn(destroyer_thread, e1);
 	sleep_ms(100); /* time to free E1, were it not pinned */
-	sem_post(&cw.go);
+	pause_go(&p);
 	join(t1);
 	join(k);
-	assert_int_equal(fanout_test_hook(NULL, NULL), 0);
+	pause_done(&p);
 	assert_int_equal(cw.rc, 0);
 	/* E1's shutdown interrupted the parent: the nested one follows. */
 	struct fanout_event *ev = must_wait(fanout_default_sink(cw.e2));
@@ -2008,8 +1952,6 @@ static void within_other_engine_destroyed(void **state)
 	fanout_event_free(ev);
 	assert_int_equal(fanout_complete(cw.p, NULL), -EALREADY);
 	fanout_destroy(cw.e2);
-	sem_destroy(&cw.at);
-	sem_destroy(&cw.go);
 }
 
 int main(void)

@@ -1,9 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* test_lookup.c - fanout_lookup/fanout_list, keep_completed pruning. */
 #include "common.h"
-#include "fanout_testing.h"
-
-#include <semaphore.h>
+#include "points.h"
 
 static void lookup_bad_args(void **state)
 {
@@ -686,26 +684,6 @@ static void lookup_concurrent_with_pruning(void **state)
 
 /* ----------------------------------------------------- a delayed freer */
 
-/* Stops the thread that set `mine` at one test point, once. */
-struct pause {
-	enum fanout_test_point at;
-	sem_t paused, go;
-	atomic_int fired;
-};
-
-static _Thread_local bool pause_mine;
-
-static void pause_hook(void *arg, enum fanout_test_point at, const void *obj)
-{
-	struct pause *p = arg;
-
-	(void)obj;
-	if (at != p->at || !pause_mine || atomic_exchange(&p->fired, 1))
-		return;
-	sem_post(&p->paused);
-	sem_wait(&p->go);
-}
-
 static struct fanout_event *one_event(struct fanout_engine *e, fanout_id *id)
 {
 	atomic_int n = 0;
@@ -740,37 +718,33 @@ static void *late_free_thread(void *arg)
  */
 static void kept_ring_delayed_freer(void **state)
 {
-	struct pause p = {.at = FANOUT_AT_RETIRE_CAS};
+	struct pause p;
 	struct fanout_engine *e;
 	struct fanout_info info;
 	fanout_id id4, id5, id6, id7;
 	struct late_free lf = {.p = &p};
 
-	if (fanout_test_hook(pause_hook, &p) == -ENOTSUP)
+	if (!pause_arm(&p, FANOUT_AT_RETIRE_CAS))
 		skip(); /* a build without test points */
-	assert_int_equal(sem_init(&p.paused, 0, 0), 0);
-	assert_int_equal(sem_init(&p.go, 0, 0), 0);
 	e = NEW_ENGINE(.workers = 1, .keep_completed = 1);
 	fanout_event_free(one_event(e, &id4)); /* the ring: R4 (slot A) */
 	lf.ev = one_event(e, &id5);
 	struct fanout_event *ev6 = one_event(e, &id6);
 	pthread_t t = spawn(late_free_thread, &lf);
-	assert_int_equal(sem_wait(&p.paused), 0); /* before its CAS */
+	pause_wait(&p);		/* before its CAS */
 	fanout_event_free(ev6); /* R6 displaces R4; slot A to our cache */
 	struct fanout_event *ev7 = one_event(e, &id7);
 	fanout_event_free(ev7); /* R7, in slot A again, displaces R6 */
 	assert_int_equal(fanout_lookup(e, id7, &info), 0);
-	assert_int_equal(sem_post(&p.go), 0);
+	pause_go(&p);
 	join(t);
-	assert_int_equal(fanout_test_hook(NULL, NULL), 0);
+	pause_done(&p);
 	/* R7 is the newest finished record: kept.  R5 had R6 and R7 finish
 	 * after it: gone. */
 	assert_int_equal(fanout_lookup(e, id7, &info), 0);
 	assert_true(info.id == id7);
 	assert_int_equal(fanout_lookup(e, id5, &info), -ENOENT);
 	fanout_destroy(e);
-	sem_destroy(&p.paused);
-	sem_destroy(&p.go);
 }
 
 int main(void)

@@ -343,43 +343,36 @@ static void stats_parks_and_wakeups(void **state)
 	fanout_destroy(e);
 }
 
+struct worker_count {
+	unsigned *count, n, total;
+};
+
+static bool count_worker(pid_t tid, const char *name, void *arg)
+{
+	struct worker_count *wc = arg;
+	unsigned i;
+	char tail;
+
+	(void)tid;
+	if (!strncmp(name, "fanout-w", 8)) {
+		wc->total++;
+		if (sscanf(name + 8, "%u%c", &i, &tail) == 1 && i < wc->n)
+			wc->count[i]++;
+	}
+	return false;
+}
+
 /*
  * Threads of this process named "fanout-w<i>": count[i] for i < n gets how
  * many carry index i; returns how many carry such a name at all.
  */
 static unsigned worker_names(unsigned *count, unsigned n)
 {
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *de;
-	unsigned total = 0;
+	struct worker_count wc = {count, n, 0};
 
-	assert_non_null(d);
 	memset(count, 0, n * sizeof(*count));
-	while ((de = readdir(d))) {
-		char path[300], comm[32], tail;
-		unsigned i;
-		FILE *f;
-
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
-			 de->d_name);
-		f = fopen(path, "r");
-		if (!f) /* the thread exited meanwhile */
-			continue;
-		if (fgets(comm, sizeof(comm), f)) {
-			comm[strcspn(comm, "\n")] = '\0';
-			if (!strncmp(comm, "fanout-w", 8)) {
-				total++;
-				if (sscanf(comm + 8, "%u%c", &i, &tail) == 1 &&
-				    i < n)
-					count[i]++;
-			}
-		}
-		fclose(f);
-	}
-	closedir(d);
-	return total;
+	each_thread(count_worker, &wc);
+	return wc.total;
 }
 
 /* Wait (bounded) until no thread named fanout-w* is left: a joined thread
