@@ -1010,6 +1010,7 @@ class Engine:
         if c.done:
             return
         o = ffi.new("struct fanout_outcome *")
+        code = _outcome_code(code)
         o.code = code
         keep = []
         if summary is not None:
@@ -1043,11 +1044,26 @@ def _exc_text(e):
     return f"{name}: {s}" if s else name
 
 
+_INT_MAX = 2 ** 31 - 1
+
+
+def _outcome_code(code):
+    """code as fanout_complete() takes it: a C int, never -EINPROGRESS
+    (not an outcome: fanout_complete would refuse it and the child would
+    never finish).  Anything else becomes -EIO."""
+    if (type(code) is not int or not -_INT_MAX <= code <= _INT_MAX or
+            code == -_errno.EINPROGRESS):
+        return -_errno.EIO
+    return code
+
+
 def _exc_code(e):
     if isinstance(e, asyncio.CancelledError):
         return -_errno.ECANCELED  # a child that gave up: interrupted
-    if isinstance(e, OSError) and e.errno and e.errno != _errno.ECANCELED:
-        return -e.errno
+    n = getattr(e, "errno", None) if isinstance(e, OSError) else None
+    if (type(n) is int and 0 < n <= _INT_MAX and n != _errno.ECANCELED and
+            n != _errno.EINPROGRESS):
+        return -n
     return -_errno.EIO
 
 

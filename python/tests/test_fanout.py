@@ -152,6 +152,41 @@ class TestEvents(Base):
         self.assertEqual(ev.status, "error")
 
 
+    async def test_errno_fanout_complete_refuses_still_completes(self):
+        # BlockingIOError(EINPROGRESS) is what a non-blocking connect
+        # raises; -EINPROGRESS is not an outcome for fanout_complete, nor
+        # is an errno that does not fit a C int: the child must still end,
+        # as an error with the exception's text.
+        eng = await self.engine()
+
+        async def a_inprogress():
+            raise BlockingIOError(errno.EINPROGRESS, "now in progress")
+
+        def t_inprogress():
+            raise BlockingIOError(errno.EINPROGRESS, "now in progress")
+
+        async def a_huge():
+            raise OSError(2 ** 40, "huge errno")
+
+        def t_odd():
+            e = OSError("odd errno")
+            e.errno = "not a number"
+            raise e
+
+        ev = await asyncio.wait_for(eng.gather([
+            fanout.Task("a", a_inprogress), fanout.Task("t", t_inprogress),
+            fanout.Task("h", a_huge), fanout.Task("o", t_odd)]), LONG)
+        for r in ev.results:
+            self.assertEqual(r.status, "error", r)
+            self.assertNotEqual(r.code, -errno.EINPROGRESS)
+            self.assertLess(r.code, 0)
+        self.assertIn("now in progress", ev.results[0].error)
+        self.assertIn("BlockingIOError", ev.results[1].error)
+        self.assertIn("huge errno", ev.results[2].error)
+        self.assertIn("odd errno", ev.results[3].error)
+        self.assertEqual(eng.stats()["python_children_running"], 0)
+
+
 class TestCancel(Base):
     async def test_cancel_interrupts_the_coroutine(self):
         eng = await self.engine()
