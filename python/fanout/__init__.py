@@ -37,6 +37,7 @@ import errno as _errno
 import inspect
 import math
 import os
+import sys
 import weakref
 
 from ._fanout import ffi, lib
@@ -267,10 +268,16 @@ class ChildContext:
                                  bool(lib.fanout_pending_interrupted(c.p)))
 
     def add_cost(self, x):
+        """Add x (finite, >= 0) to the child's cost.  ValueError, and the
+        cost is unchanged, for a bad x or when the sum would overflow."""
         x = float(x)
         if not math.isfinite(x) or x < 0:
             raise ValueError("cost must be finite and >= 0")
-        self._child.cost += x
+        total = self._child.cost + x
+        if not math.isfinite(total):
+            raise ValueError(f"the child's cost would overflow "
+                             f"({self._child.cost!r} + {x!r})")
+        self._child.cost = total
 
 
 _current = contextvars.ContextVar("fanout_current", default=None)
@@ -987,17 +994,16 @@ class Engine:
 
     def _coro_done(self, task, c):
         self._tasks_running.discard(task)
-        if c.done:
-            pass
-        elif task.cancelled():
-            self._complete(c, -_errno.ECANCELED, None, None)
-        else:
-            exc = task.exception()
-            if exc is not None:
-                self._complete(c, _exc_code(exc), None, _exc_text(exc))
+        if not c.done:
+            if task.cancelled():
+                res = (-_errno.ECANCELED, None, None)
             else:
-                r = task.result()
-                self._complete(c, 0, None if r is None else str(r), None)
+                exc = task.exception()
+                if exc is not None:
+                    res = (_exc_code(exc), None, _exc_text(exc))
+                else:
+                    res = _result(task.result())
+            self._complete(c, *res)
         if not self._children and not self._tasks_running:
             self._idle.set()
 
@@ -1007,6 +1013,9 @@ class Engine:
             self._idle.set()
 
     def _complete(self, c, code, summary, error):
+        """The one fanout_complete() of c.  The outcome is made to fit what
+        fanout_complete() accepts (a valid code, texts of at most 16 MiB,
+        a finite cost), so the child always finishes."""
         if c.done:
             return
         o = ffi.new("struct fanout_outcome *")
@@ -1014,34 +1023,70 @@ class Engine:
         o.code = code
         keep = []
         if summary is not None:
-            sb = ffi.from_buffer(summary.encode("utf-8", "replace"))
+            sb = ffi.from_buffer(_c_text(summary))
             keep.append(sb)
             o.summary = sb
             o.summary_len = len(sb)
         if error is not None and code:
-            eb = ffi.new("char[]", error.encode("utf-8", "replace"))
+            eb = ffi.new("char[]", _c_text(error))
             keep.append(eb)
             o.error = eb
-        o.cost = c.cost
+        cost = c.cost
+        o.cost = cost if math.isfinite(cost) and cost >= 0 else (
+            sys.float_info.max if cost > 0 else 0.0)
         c.done = True
         key = int(ffi.cast("uintptr_t", c.p))
         if self._children.get(key) is c:
             del self._children[key]
         rc = lib.fanout_complete(c.p, o)
-        if rc == -_errno.EINVAL:
+        if rc == -_errno.EINVAL:  # cannot happen; finish it all the same
+            o.code = code if code else -_errno.EIO
             o.cost = 0.0
             o.summary = ffi.NULL
             o.summary_len = 0
+            o.error = ffi.NULL
             lib.fanout_complete(c.p, o)
         c.p = None
         if not self._children and not self._tasks_running:
             self._idle.set()
 
 
+_MAX_TEXT = 16 << 20  # fanout_outcome's limit for summary and error
+
+
+def _c_text(s):
+    """s as UTF-8 for fanout_complete: at most _MAX_TEXT bytes (cut at a
+    character), no NUL (it would end the error string early)."""
+    b = s.encode("utf-8", "replace")
+    if len(b) > _MAX_TEXT:
+        b = b[:_MAX_TEXT].decode("utf-8", "ignore").encode("utf-8")
+    return b
+
+
 def _exc_text(e):
-    s = str(e)
+    """"Type: text" of an exception; never raises (str(e) may)."""
     name = type(e).__name__
+    try:
+        s = str(e)
+    except BaseException as e2:  # noqa: B902 - a broken __str__
+        s = f"<str() raised {type(e2).__name__}>"
     return f"{name}: {s}" if s else name
+
+
+def _result(r):
+    """(code, summary, error) for a child that returned r: str(r) is the
+    summary; if str() raises, the child is an error naming both types."""
+    if r is None:
+        return (0, None, None)
+    try:
+        s = str(r)
+        if type(s) is not str:
+            raise TypeError("__str__ returned non-string")
+        return (0, s, None)
+    except BaseException as e:  # noqa: B902 - reported as the error
+        return (-_errno.EIO, None,
+                f"str() of the {type(r).__name__} it returned failed: "
+                f"{_exc_text(e)}")
 
 
 _INT_MAX = 2 ** 31 - 1
@@ -1076,8 +1121,7 @@ def _run_thread(c):
     _current.set(ChildContext(c))
     t = c.batch.tasks[c.index]
     try:
-        r = t.fn(*t.args)
-        res = (0, None if r is None else str(r), None)
+        res = _result(t.fn(*t.args))
     except BaseException as e:  # noqa: B902 - reported as the error
         res = (_exc_code(e), None, _exc_text(e))
     loop = c.engine._loop

@@ -187,6 +187,75 @@ class TestEvents(Base):
         self.assertEqual(eng.stats()["python_children_running"], 0)
 
 
+    async def test_unprintable_exception_or_result_still_completes(self):
+        # str() of what a child raised or returned may itself raise; the
+        # child must still end (an error naming the type), never hang.
+        eng = await self.engine()
+
+        class BadExc(Exception):
+            def __str__(self):
+                raise RuntimeError("no str for the exception")
+
+        class BadVal:
+            def __str__(self):
+                raise RuntimeError("no str for the value")
+
+        async def a_raise():
+            raise BadExc()
+
+        async def a_return():
+            return BadVal()
+
+        def t_raise():
+            raise BadExc()
+
+        def t_return():
+            return BadVal()
+
+        ev = await asyncio.wait_for(eng.gather([
+            fanout.Task("ar", a_raise), fanout.Task("av", a_return),
+            fanout.Task("tr", t_raise), fanout.Task("tv", t_return),
+            fanout.Task("ok", sleeper, 0, "fine")]), LONG)
+        r = ev.results
+        for i in range(4):
+            self.assertEqual(r[i].status, "error", r[i])
+        self.assertIn("BadExc", r[0].error)
+        self.assertIn("BadVal", r[1].error)
+        self.assertIn("BadExc", r[2].error)
+        self.assertIn("BadVal", r[3].error)
+        self.assertEqual(r[4].summary, "fine")
+        self.assertEqual(eng.stats()["python_children_running"], 0)
+
+    async def test_cost_overflow_and_huge_summary_keep_the_summary(self):
+        eng = await self.engine()
+        refused = []
+
+        async def costly():
+            cur = fanout.current()
+            cur.add_cost(1e308)
+            try:
+                cur.add_cost(1e308)  # the sum would be inf
+            except ValueError as e:
+                refused.append(str(e))
+            return "the answer"
+
+        big = 16 << 20  # fanout_outcome's summary limit, in bytes
+
+        def huge():
+            return "x" * (big + 100)
+
+        ev = await asyncio.wait_for(eng.gather(
+            [fanout.Task("c", costly), fanout.Task("h", huge)]), LONG)
+        r = ev.results
+        self.assertEqual(len(refused), 1)
+        self.assertEqual(r[0].status, "completed")
+        self.assertEqual(r[0].summary, "the answer")
+        self.assertEqual(r[0].cost, 1e308)
+        self.assertEqual(r[1].status, "completed")
+        self.assertIsNotNone(r[1].summary)
+        self.assertEqual(len(r[1].summary), big)
+
+
 class TestCancel(Base):
     async def test_cancel_interrupts_the_coroutine(self):
         eng = await self.engine()
