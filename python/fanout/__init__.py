@@ -493,14 +493,28 @@ class Sink:
         self._fd = lib.fanout_sink_fd(csink)
 
     def close(self):
+        """Free the sink.  Events already in it are delivered first (their
+        handles resolve, events() yields them, then ends).  BusyError while
+        delegations still publish to it: wait for or cancel them first."""
         if self._default or self._c is None:
             return
+        eng = self._engine
+        # Take what is queued: fanout_sink_destroy() would free those
+        # events, and their handles would never resolve.
+        eng._drain_sink(self)
+        # Once no batch of ours targets the sink, nothing can publish to
+        # it any more, so nothing can be queued between here and destroy.
+        if any(b.sink is self for b in eng._batches.values()):
+            raise BusyError("fanout: delegations still publish to this "
+                            "sink; wait for or cancel them first")
         rc = lib.fanout_sink_destroy(self._c)
         if rc:
-            raise _error(rc, self._engine)
-        self._engine._loop.remove_reader(self._fd)
-        self._engine._sinks.remove(self)
+            raise _error(rc, eng)
+        eng._loop.remove_reader(self._fd)
+        eng._sinks.remove(self)
         self._c = None
+        if self._queue is not None:
+            self._queue.put_nowait(None)  # events(self) ends
 
 
 # -------------------------------------------------------------------- engine

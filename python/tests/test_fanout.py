@@ -724,6 +724,36 @@ class TestApi(Base):
         self.assertEqual(st["python_children_running"], 0)
         s.close()
 
+    async def test_sink_close_delivers_queued_events(self):
+        # An event already queued in the sink (the loop has not read it)
+        # must still resolve its handle and reach events() when the sink
+        # is closed, and events() must then end.
+        import select
+        eng = await self.engine()
+        s = eng.sink()
+        h = eng.dispatch([fanout.Task("n", fanout.builtin("noop"))], sink=s)
+        # Block the loop until the event is queued, so the loop's reader
+        # has not taken it when close() runs.
+        r, _, _ = select.select([s._fd], [], [], LONG)
+        self.assertEqual(r, [s._fd])
+        s.close()
+        ev = await asyncio.wait_for(h, LONG)
+        self.assertEqual(ev.status, "completed")
+
+        async def consume():
+            return [e.id async for e in eng.events(s)]
+
+        self.assertEqual(await asyncio.wait_for(consume(), LONG), [ev.id])
+        # A sink that delegations will still publish to is not closed.
+        s2 = eng.sink()
+        h2 = eng.dispatch([fanout.Task("h", hang)], sink=s2)
+        with self.assertRaises(fanout.BusyError):
+            s2.close()
+        h2.cancel()
+        await asyncio.wait_for(h2, LONG)
+        s2.close()
+        self.assertClean(eng)
+
     async def test_info_while_pending(self):
         eng = await self.engine()
         started = asyncio.Event()
