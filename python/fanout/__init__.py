@@ -787,7 +787,14 @@ class Engine:
         modes it is done already."""
         self._check_open()
         if current() is not None:
-            ev = await self.gather(tasks, **kw)
+            try:
+                ev = await self.gather(tasks, **kw)
+            except BusyError:
+                # At max_async or max_pending nothing was started; as
+                # fanout_delegate() inside a child, run it synchronously,
+                # where max_async does not apply.  _make_batch puts it in
+                # this child's cancel tree (within).
+                ev = await self._run_inline(tasks, **kw)
             ev.mode = "inline"
             fut = self._loop.create_future()
             fut.set_result(ev)

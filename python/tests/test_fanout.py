@@ -465,6 +465,24 @@ class TestCapacity(Base):
         self.assertEqual(ev.results[0].summary, "inline: sub ok")
 
 
+    async def test_delegate_inside_a_child_runs_inline_when_full(self):
+        # The C policy: inside a child, delegate runs synchronously and
+        # max_async does not apply, so a full pool is no error there.
+        eng = await self.engine(max_async=1)
+
+        async def parent():
+            d = await eng.delegate([fanout.Task("sub", sleeper, 0, "sub ok"),
+                                    fanout.Task("c", fanout.builtin("noop"))])
+            return f"{d.mode}: {d.event.results[0].summary}"
+
+        ev = await asyncio.wait_for(
+            eng.gather([fanout.Task("p", parent)]), LONG)
+        self.assertEqual(ev.results[0].status, "completed",
+                         ev.results[0].error)
+        self.assertEqual(ev.results[0].summary, "inline: sub ok")
+        self.assertClean(eng)
+
+
 class TestLifetime(unittest.IsolatedAsyncioTestCase):
     async def test_aexit_delivers_or_cancels_everything_it_accepted(self):
         started = []
