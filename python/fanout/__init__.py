@@ -809,9 +809,10 @@ class Engine:
             return Handle(self, ev._id, fut, "inline_full", str(e))
 
     async def _run_inline(self, tasks, context=None, session_key=None,
-                          deadline=None, join="all", quorum=None):
+                          deadline=None, join="all", quorum=None, sink=None):
         """fanout_run on a thread of its own (it blocks; the loop must
-        not), max_async does not apply to it."""
+        not), max_async does not apply to it.  sink is ignored, as
+        fanout_run ignores batch->sink: the event goes to the caller."""
         b = self._make_batch(tasks, context, session_key, deadline, join,
                              quorum, None)
         evp = ffi.new("struct fanout_event **")

@@ -483,6 +483,18 @@ class TestCapacity(Base):
         self.assertClean(eng)
 
 
+    async def test_delegate_with_a_sink_when_full_runs_inline(self):
+        eng = await self.engine(max_async=1)
+        s = eng.sink()
+        h = eng.dispatch([fanout.Task("h", hang)])
+        d = await asyncio.wait_for(
+            eng.delegate([fanout.Task("x", sleeper, 0, "ok")], sink=s), LONG)
+        self.assertEqual(d.mode, "inline_full")
+        self.assertEqual(d.event.results[0].summary, "ok")
+        h.cancel()
+        await asyncio.wait_for(h, LONG)
+
+
 class TestLifetime(unittest.IsolatedAsyncioTestCase):
     async def test_aexit_delivers_or_cancels_everything_it_accepted(self):
         started = []
