@@ -38,6 +38,7 @@ import inspect
 import math
 import os
 import sys
+import threading
 import weakref
 
 from ._fanout import ffi, lib
@@ -465,7 +466,7 @@ class Handle:
 
 class _Batch:
     __slots__ = ("token", "tasks", "cbatch", "keep", "fut", "sink",
-                 "nstarted", "awaited")
+                 "nstarted", "awaited", "inline")
 
     def __init__(self, token, tasks):
         self.token = token
@@ -476,6 +477,7 @@ class _Batch:
         self.sink = None
         self.nstarted = 0
         self.awaited = False  # gather(): the event goes to its caller only
+        self.inline = False   # fanout_run on a thread of its own
 
 
 class Sink:
@@ -554,8 +556,7 @@ class Engine:
         self._default = None
         self._events = weakref.WeakSet()
         self._executor = None
-        self._inline_executor = None
-        self._threads = set()
+        self._threads = set()  # inline runs' threads (fanout_run)
         self._idle = None
         self._closing = False
         self._tasks_running = set()
@@ -615,6 +616,15 @@ class Engine:
             how = lib.FANOUT_CANCEL_INTERRUPT | _ABANDON
             for i in self._running_ids():
                 lib.fanout_cancel(self._e, i, how)
+            if any(b.inline for b in self._batches.values()):
+                # An inline run whose thread had not entered fanout_run
+                # yet was not in that list: it would start now, with
+                # nobody to cancel it.  fanout_shutdown refuses it
+                # (-ESHUTDOWN) or interrupts it.  It blocks until running
+                # children return, and Python children need this loop for
+                # that: call it from another thread.
+                await self._loop.run_in_executor(None, lib.fanout_shutdown,
+                                                 self._e)
             futs = [b.fut for b in self._batches.values()
                     if b.fut is not None]
             if futs:
@@ -643,8 +653,9 @@ class Engine:
             ev._detach()
         if self._executor:
             self._executor.shutdown(wait=True)
-        if self._inline_executor:
-            self._inline_executor.shutdown(wait=True)
+        for t in list(self._threads):
+            t.join()  # each has handed its result back: it is returning
+        self._threads.clear()
         lib.fanout_destroy(self._e)
         lib.pyfo_glue_free(self._glue)
         self._e = None
@@ -816,20 +827,40 @@ class Engine:
         b = self._make_batch(tasks, context, session_key, deadline, join,
                              quorum, None)
         evp = ffi.new("struct fanout_event **")
+        b.inline = True
+        b.fut = self._loop.create_future()
+        # The batch stays in _batches (its children find it there, and it
+        # keeps what they read alive) until fanout_run has returned; the
+        # future resolves then, and aclose() waits for it.
         self._batches[b.token] = b
-        if self._inline_executor is None:
-            self._inline_executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=4, thread_name_prefix="fanout-inline")
-        try:
-            rc = await self._loop.run_in_executor(
-                self._inline_executor, lib.fanout_run, self._e, b.cbatch, evp)
-        finally:
-            del self._batches[b.token]
+        loop, e, cb = self._loop, self._e, b.cbatch
+
+        def run():
+            rc = lib.fanout_run(e, cb, evp)
+            try:
+                loop.call_soon_threadsafe(self._inline_done, b, rc, evp, t)
+            except RuntimeError:
+                pass  # the loop is closed: the engine was never closed
+
+        # A thread per run, not a bounded pool: a run queued behind busy
+        # threads would wait for runs that may wait for it (an inline
+        # delegate() inside a child of an inline run).
+        t = threading.Thread(target=run, name="fanout-inline")
+        self._threads.add(t)
+        t.start()
+        rc, ev = await asyncio.shield(b.fut)
         if rc:
             raise _error(rc, self)
-        ev = Event(evp[0])
-        self._events.add(ev)
         return ev
+
+    def _inline_done(self, b, rc, evp, thread):
+        self._threads.discard(thread)
+        self._batches.pop(b.token, None)
+        ev = None
+        if rc == 0:
+            ev = Event(evp[0])
+            self._events.add(ev)
+        b.fut.set_result((rc, ev))
 
     def _cancel(self, id, interrupt, abandon):
         if self._e is None:

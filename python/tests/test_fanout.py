@@ -12,6 +12,7 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import unittest
@@ -528,6 +529,44 @@ class TestLifetime(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(eng.orphan_events, 0)
         with self.assertRaises(RuntimeError):
             eng.dispatch([fanout.Task("late", sleeper, 0)])
+
+    def test_aclose_with_inline_delegates_in_flight(self):
+        # Five inline_full delegate()s run, each a C child that runs until
+        # interrupted and a Python child.  aclose() must interrupt all of
+        # them and return.  In a subprocess: the bug this guards against
+        # blocked the event loop itself, which no wait_for can bound.
+        script = """if True:
+            import asyncio, fanout
+
+            async def py():
+                return "py"
+
+            async def main():
+                eng = fanout.Engine(workers=2, pin=False, max_async=1,
+                                    max_children=1)
+                eng.open()
+                hold = fanout.Counter()
+                eng.dispatch([fanout.Task("pool", fanout.builtin("tick"),
+                                          hold)])
+                cs = [fanout.Counter() for _ in range(5)]
+                ts = [asyncio.create_task(eng.delegate(
+                    [fanout.Task("c", fanout.builtin("tick"), c),
+                     fanout.Task("py", py)])) for c in cs]
+                while sum(c.value > 0 for c in cs) < 4:
+                    await asyncio.sleep(0.001)
+                await eng.aclose()
+                res = await asyncio.gather(*ts, return_exceptions=True)
+                print("closed", sorted(
+                    d.event.status if isinstance(d, fanout.Handle)
+                    else type(d).__name__ for d in res))
+
+            asyncio.run(main())
+        """
+        p = subprocess.run([sys.executable, "-c", script], timeout=LONG,
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("closed", p.stdout)
+        self.assertNotIn("completed", p.stdout)
 
     async def test_exactly_once_across_2000_dispatches(self):
         rng = random.Random(int(os.environ.get("FANOUT_TEST_SEED", "1")))
