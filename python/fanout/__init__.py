@@ -466,7 +466,7 @@ class Handle:
 
 class _Batch:
     __slots__ = ("token", "tasks", "cbatch", "keep", "fut", "sink",
-                 "nstarted", "awaited", "inline")
+                 "nstarted", "awaited", "inline", "cancelled")
 
     def __init__(self, token, tasks):
         self.token = token
@@ -478,6 +478,7 @@ class _Batch:
         self.nstarted = 0
         self.awaited = False  # gather(): the event goes to its caller only
         self.inline = False   # fanout_run on a thread of its own
+        self.cancelled = False  # its awaiting task was cancelled
 
 
 class Sink:
@@ -848,10 +849,34 @@ class Engine:
         t = threading.Thread(target=run, name="fanout-inline")
         self._threads.add(t)
         t.start()
-        rc, ev = await asyncio.shield(b.fut)
+        try:
+            rc, ev = await asyncio.shield(b.fut)
+        except asyncio.CancelledError:
+            self._cancel_inline(b)
+            raise
         if rc:
             raise _error(rc, self)
         return ev
+
+    def _cancel_inline(self, b):
+        """The task awaiting an inline run was cancelled: cancel the run
+        (with abandon, as gather() does).  Its id is known only from the
+        record (user is the batch's token); a run whose thread has not
+        entered fanout_run yet is cancelled by _start, from its first
+        Python child's note."""
+        b.cancelled = True
+        if self._e is None or b.fut.done():
+            return
+        n = ffi.new("size_t *")
+        lib.fanout_list(self._e, ffi.NULL, 0, n)
+        cap = n[0] + 16
+        infos = ffi.new("struct fanout_info[]", cap)
+        lib.fanout_list(self._e, infos, cap, n)
+        for k in range(min(n[0], cap)):
+            i = infos[k]
+            if (not i.background and i.status == lib.FANOUT_RUNNING and
+                    int(ffi.cast("uintptr_t", i.user)) == b.token):
+                self._cancel(i.id, True, True)
 
     def _inline_done(self, b, rc, evp, thread):
         self._threads.discard(thread)
@@ -1013,6 +1038,9 @@ class Engine:
             o.code = -_errno.EPROTO
             lib.fanout_complete(p, o)
             return
+        if b.cancelled:  # an inline run cancelled before it registered
+            lib.fanout_cancel(self._e, id, lib.FANOUT_CANCEL_INTERRUPT |
+                              lib.FANOUT_CANCEL_PENDING | _ABANDON)
         c = _PyChild(self, p, id, index, b)
         self._children[int(ffi.cast("uintptr_t", p))] = c
         if lib.fanout_pending_interrupted(p):

@@ -496,6 +496,44 @@ class TestCapacity(Base):
         await asyncio.wait_for(h, LONG)
 
 
+    async def test_cancelling_an_inline_delegate_cancels_the_run(self):
+        eng = await self.engine(max_async=1, max_children=1)
+        hold = fanout.Counter()
+        blocker = eng.dispatch([fanout.Task("pool", fanout.builtin("tick"),
+                                            hold)])
+        ran = []
+
+        async def py():
+            ran.append(1)
+            return "py"
+
+        c = fanout.Counter()
+        t = asyncio.create_task(eng.delegate(
+            [fanout.Task("c", fanout.builtin("tick"), c),
+             fanout.Task("py", py)]))
+
+        async def until(pred):
+            while not pred():
+                await asyncio.sleep(0.001)
+
+        await asyncio.wait_for(until(lambda: c.value > 0), LONG)
+        t.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await t
+        # The run is cancelled (the tick child stops only when
+        # interrupted) and its batch is let go once fanout_run returned.
+        await asyncio.wait_for(until(lambda: not any(
+            not i.background and i.status == "running"
+            for i in eng.list())), LONG)
+        await asyncio.wait_for(until(lambda: not any(
+            b.inline for b in eng._batches.values())), LONG)
+        self.assertEqual(ran, [])
+        hold.stop()
+        self.assertEqual((await asyncio.wait_for(blocker, LONG)).status,
+                         "completed")
+        self.assertClean(eng)
+
+
 class TestLifetime(unittest.IsolatedAsyncioTestCase):
     async def test_aexit_delivers_or_cancels_everything_it_accepted(self):
         started = []
