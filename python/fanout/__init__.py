@@ -649,6 +649,9 @@ class Engine:
         loop = self._loop
         for s in self._sinks:
             loop.remove_reader(s._fd)
+            s._c = None  # fanout_destroy frees it
+            if s._queue is not None:
+                s._queue.put_nowait(None)  # events(s) ends
         loop.remove_reader(lib.pyfo_glue_fd(self._glue))
         for ev in list(self._events):
             ev._detach()
@@ -977,13 +980,17 @@ class Engine:
         return s
 
     async def events(self, sink=None):
-        """Yield the events of `sink` (default: the engine's) as they come."""
+        """Yield the events of `sink` (default: the engine's) as they come;
+        ends when the sink is closed or the engine closes."""
         s = sink or self._default
         if s._queue is None:
             s._queue = asyncio.Queue()
         while True:
+            if s._c is None and s._queue.empty():
+                return  # closed, and everything it held was yielded
             ev = await s._queue.get()
             if ev is None:
+                s._queue.put_nowait(None)  # for any other consumer
                 return
             yield ev
 

@@ -606,6 +606,25 @@ class TestLifetime(unittest.IsolatedAsyncioTestCase):
         self.assertIn("closed", p.stdout)
         self.assertNotIn("completed", p.stdout)
 
+    async def test_events_end_after_aclose(self):
+        eng = fanout.Engine(workers=2, pin=False)
+        await eng.__aenter__()
+        s = eng.sink()
+        got = []
+
+        async def consume(sink):
+            async for ev in eng.events(sink):
+                got.append(ev.status)
+
+        consumers = [asyncio.create_task(consume(None)),
+                     asyncio.create_task(consume(s))]
+        await asyncio.sleep(0)  # both consumers wait in events()
+        await asyncio.wait_for(
+            eng.dispatch([fanout.Task("n", sleeper, 0, "x")]), LONG)
+        await eng.aclose()
+        await asyncio.wait_for(asyncio.gather(*consumers), LONG)
+        self.assertEqual(got, ["completed"])
+
     async def test_exactly_once_across_2000_dispatches(self):
         rng = random.Random(int(os.environ.get("FANOUT_TEST_SEED", "1")))
         runs = {}
