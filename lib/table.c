@@ -164,9 +164,10 @@ static bool has_kids(const struct record *rec)
  * it has kids. */
 static bool key_fits(const struct record *rec)
 {
-	size_t room = TOMB_KEY - (has_kids(rec) ? TOMB_LINK * 8 : 0);
-
-	return !rec->session_key || strlen(rec->session_key) < room;
+	if (!rec->session_key)
+		return true; /* the usual case: no look at has_kids */
+	return strlen(rec->session_key) <
+	       TOMB_KEY - (has_kids(rec) ? TOMB_LINK * 8 : 0);
 }
 
 /* A slot's pointer: a record, or its tomb with bit 0 set. */
