@@ -393,9 +393,11 @@ struct fanout_task {
  *               the event goes out as soon as the running synchronous
  *               children return, with event->timed_out set.  At most
  *               FANOUT_MAX_DEADLINE_NS.  One timer thread per engine
- *               serves every deadline (started on the first one).  If it
- *               has no memory to keep a deadline, that deadline passes at
- *               once (timed out early rather than never).
+ *               serves every deadline (started on the first one, also if
+ *               that call is then refused for another reason; it stops
+ *               with the engine).  If it has no memory to keep a
+ *               deadline, that deadline passes at once (timed out early
+ *               rather than never).
  * @join:        FANOUT_JOIN_ALL (0): wait for every child.
  *               FANOUT_JOIN_FIRST_ERROR: the first child that ends in
  *               FANOUT_ERROR interrupts the rest (errgroup, oneTBB).
