@@ -303,9 +303,10 @@ FANOUT_API const char *fanout_status_name(enum fanout_status st);
  *                  record is a 128-byte summary in the table (a "tomb":
  *                  what fanout_lookup() shows) and its block is freed; a
  *                  record whose session_key is longer than 47 bytes (31
- *                  if its children started delegations: the tomb also
- *                  keeps its place in the cancel tree) holds its whole
- *                  block (results and strings) until it is pruned.  Freed
+ *                  if its children started delegations or deferred: the
+ *                  tomb also keeps its place in the cancel tree) holds
+ *                  its whole block (results and strings) until it is
+ *                  pruned.  Freed
  *                  blocks of 16 KiB or more (batches of about 150
  *                  children and up) are kept for reuse by the engine, up
  *                  to 32 MiB, until fanout_destroy().

@@ -62,12 +62,14 @@ static int reject(struct fanout_engine *e, int err)
  * What a new delegation hangs from: the child running on the calling
  * thread, or batch->within (a deferred child, on a thread that is not
  * running it).  Its record gives the depth and the cancel tree.  It stays
- * alive for the whole call: a running child's record cannot finish under
- * it, and for @within we hold a reference (put by origin_put).  A child of
- * another engine's delegation also pins that engine: a unit of its
- * `active` (@pinned), so its fanout_shutdown waits for this call and its
- * fanout_destroy cannot free it while we read its record (rec_link) or
- * drop our reference (which may retire the record into that engine).
+ * alive until origin_put, after the re-check (recheck), the last use: a
+ * running child's record cannot finish under it, and for @within we hold
+ * a reference.  A child of another engine's delegation also pins that
+ * engine until then: a unit of its `active` (@pinned), so its
+ * fanout_shutdown waits and its fanout_destroy cannot free it while we
+ * read its record (rec_link) or drop our reference (which may retire the
+ * record into that engine).  Not longer: a fanout_run's children may shut
+ * that engine down themselves.
  */
 struct origin {
 	struct record *parent;
@@ -512,6 +514,10 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	if (rec->deadline)
 		fanout__timer_add(e, rec);
 	recheck(e, rec->id, &o);
+	/* The parent is not needed past the re-check, and a pin on its
+	 * engine held across the run would make a child of this run that
+	 * shuts that engine down wait for itself. */
+	origin_put(&o);
 	FANOUT_PROBE_BATCH_SUBMIT(rec->id, b->ntasks, depth);
 	slot = help_offer(rec, extra);
 	local = fanout__run_own(rec);
@@ -522,7 +528,6 @@ int fanout_run(struct fanout_engine *e, const struct fanout_batch *b,
 	}
 	if (!local) /* another runner (or a canceller) finalises */
 		fq_done_wait(&rec->done_word, fq_spin_ns(e->q));
-	origin_put(&o);
 	/* The call's unit and its record's: finalise leaves a synchronous
 	 * record's to us, its last touch being the wake-up we just had. */
 	fanout__active_put(e, 2);

@@ -1079,6 +1079,12 @@ bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *), void *arg)
 		if (end == n && !t.handed_back)
 			break;
 		if (t.handed_back || !more(arg)) {
+			/* Finished meanwhile (a cancel took the rest): no
+			 * token to put back, and a shutdown may be stopping
+			 * the queue.  acquire: as in park(). */
+			if (atomic_load_explicit(&rec->remaining,
+						 memory_order_acquire) == 0)
+				break;
 			/* relaxed: we hold the token's reference while
 			 * taking ours. */
 			atomic_fetch_add_explicit(&rec->refs, 1,

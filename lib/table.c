@@ -132,7 +132,8 @@ int fanout__rcu_token;
 #define TOMB_KEY 48 /* bytes of session key a tomb holds, NUL included */
 #define TOMB_BG 0x10000u
 #define TOMB_CANCELLED 0x20000u
-/* The record's children started delegations: key[0..1] hold its own
+/* The record's children started delegations, or deferred (has_kids()):
+ * key[0..1] hold its own
  * parent_id and parent_engine, so the cancel tree finds it among its
  * parent's kids and walks on to its own (fanout__table_kid_tombs); the
  * session key follows them. */
@@ -153,11 +154,16 @@ struct fanout_tomb {
 	_Atomic uint64_t key[TOMB_KEY / 8];
 } __attribute__((aligned(CACHELINE)));
 
-/* Whether @rec has kids: set while it ran (tree.c, "Links"); relaxed,
- * after the join's acquire that ended it. */
+/* Whether @rec's tomb keeps its place in the cancel tree: it has kids
+ * (set while it ran, tree.c "Links"), or it may get one yet - a dispatch
+ * within one of its deferred children may link it after it finished,
+ * the child seen unfinished just before (deleg.c, origin_get).  relaxed:
+ * both were written before the join's acquire that ended it, or are that
+ * late link, which the tomb then does not need to see. */
 static bool has_kids(const struct record *rec)
 {
-	return atomic_load_explicit(&rec->has_kids, memory_order_relaxed);
+	return atomic_load_explicit(&rec->has_kids, memory_order_relaxed) ||
+	       atomic_load_explicit(&rec->pendings, memory_order_relaxed);
 }
 
 /* Whether @rec's session key (if any) fits in a tomb, after the link if

@@ -1954,6 +1954,66 @@ static void within_other_engine_destroyed(void **state)
 	fanout_destroy(cw.e2);
 }
 
+/*
+ * A fanout_run on E2 within a deferred child of E1, whose own child shuts
+ * E1 down: the run returns.  The run used to pin E1 (a unit of its
+ * shutdown count) until it returned, and the shutdown inside it waited
+ * for that unit: neither ever returned.
+ */
+struct run_shuts {
+	struct fanout_engine *e1, *e2;
+	struct fanout_pending *p;
+	atomic_int shut_rc, run_done;
+	int run_rc;
+};
+
+static int shut_e1_fn(struct fanout_child *c, void *arg)
+{
+	struct run_shuts *x = arg;
+
+	(void)c;
+	atomic_store(&x->shut_rc, fanout_shutdown(x->e1));
+	return 0;
+}
+
+static void *run_within_thread(void *arg)
+{
+	struct run_shuts *x = arg;
+	struct fanout_task t = {"shuts E1", shut_e1_fn, x};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1, .within = x->p};
+	struct fanout_event *ev = NULL;
+
+	x->run_rc = fanout_run(x->e2, &b, &ev);
+	if (x->run_rc == 0)
+		fanout_event_free(ev);
+	atomic_store(&x->run_done, 1);
+	return NULL;
+}
+
+static void within_run_shuts_parent_engine(void **state)
+{
+	struct run_shuts x = {0};
+	struct dchild d = {0};
+	struct fanout_task t = {"defers", defer_fn, &d};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+
+	x.shut_rc = 1;
+	x.e1 = NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	x.e2 = NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN);
+	must_dispatch_b(x.e1, &b);
+	x.p = dc_wait(&d);
+	assert_non_null(x.p);
+	pthread_t r = spawn(run_within_thread, &x);
+	assert_true(wait_flag(&x.run_done, WAIT_MS)); /* not stuck */
+	join(r);
+	assert_int_equal(x.run_rc, 0);
+	assert_int_equal(atomic_load(&x.shut_rc), 0);
+	/* The shutdown abandoned the deferred child. */
+	assert_int_equal(fanout_complete(x.p, NULL), -EALREADY);
+	fanout_destroy(x.e2);
+	fanout_destroy(x.e1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1993,6 +2053,7 @@ int main(void)
 		TC(within_races_abandon_and_free),
 		TC(complete_races_destroy),
 		TC(within_other_engine_destroyed),
+		TC(within_run_shuts_parent_engine),
 	};
 	tc_filters();
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -6,6 +6,7 @@
  * fanout_cancel_session and fanout_info.session_key.
  */
 #include "defer.h"
+#include "points.h"
 
 #define MS (1000000ull)
 
@@ -961,6 +962,74 @@ static void tree_through_finished_tomb(void **state)
 	tree_through_finished(true);
 }
 
+/*
+ * A dispatch within P's deferred child, stopped after it took its
+ * reference (test point FANOUT_AT_ORIGIN_TAKEN) while P finishes and its
+ * event is freed (P is a tomb), then links K under P.  Interrupting P's
+ * parent G must reach K through P's tomb: a record with deferred
+ * children keeps its place in the tree, since such a late link cannot be
+ * seen by the tomb written before it.  (The tomb had no link: K ran on.)
+ */
+struct late_kid {
+	struct fanout_engine *e;
+	struct fanout_pending *pp;
+	struct dchild *dk;
+	int rc;
+};
+
+static void *late_kid_thread(void *arg)
+{
+	struct late_kid *l = arg;
+	struct fanout_task t = {"K", defer_fn, l->dk};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1, .within = l->pp};
+	fanout_id id;
+
+	pause_mine = true;
+	l->rc = fanout_dispatch(l->e, &b, &id);
+	return NULL;
+}
+
+static void tree_late_within_kid(void **state)
+{
+	struct pause pz;
+	struct dchild dg = {0}, dp = {0}, dk = {0};
+	struct fanout_task tg = {"G", defer_fn, &dg};
+	struct fanout_task tp = {"P", defer_fn, &dp};
+	struct fanout_batch bg = {.tasks = &tg, .ntasks = 1};
+	struct late_kid l = {.dk = &dk};
+	fanout_id gid, pid;
+
+	(void)state;
+	if (!pause_arm(&pz, FANOUT_AT_ORIGIN_TAKEN))
+		skip(); /* a build without test points */
+	l.e = NEW_ENGINE(.workers = 2, .max_depth = 4, .flags = FANOUT_NO_PIN);
+	gid = must_dispatch_b(l.e, &bg);
+	struct fanout_pending *pg = dc_wait(&dg);
+	struct fanout_batch bp = {.tasks = &tp, .ntasks = 1, .within = pg};
+	pid = must_dispatch_b(l.e, &bp);
+	l.pp = dc_wait(&dp);
+	assert_non_null(l.pp);
+	pthread_t a = spawn(late_kid_thread, &l);
+	pause_wait(&pz); /* it holds P's record; K is not linked yet */
+	assert_int_equal(fanout_complete(l.pp, NULL), 0); /* P finishes */
+	struct fanout_event *ev = must_wait(fanout_default_sink(l.e));
+	assert_true(ev->id == pid);
+	fanout_event_free(ev); /* P is a tomb now */
+	pause_go(&pz);
+	join(a);
+	pause_done(&pz);
+	assert_int_equal(l.rc, 0);
+	struct fanout_pending *pk = dc_wait(&dk);
+	assert_non_null(pk);
+	assert_int_equal(fanout_cancel(l.e, gid, FANOUT_CANCEL_INTERRUPT), 0);
+	assert_true(fanout_pending_interrupted(pk)); /* the walk reached K */
+	assert_int_equal(fanout_complete(pk, NULL), 0);
+	assert_int_equal(fanout_complete(pg, NULL), 0);
+	for (int i = 0; i < 2; i++)
+		fanout_event_free(must_wait(fanout_default_sink(l.e)));
+	fanout_destroy(l.e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -978,6 +1047,7 @@ int main(void)
 		TC(tree_within_depth_limit),
 		TC(tree_through_finished_record),
 		TC(tree_through_finished_tomb),
+		TC(tree_late_within_kid),
 		TC(tree_nested_after_interrupt),
 		TC(tree_nested_run_of_one_after_interrupt),
 		TC(tree_within_after_parent_abandoned),
