@@ -233,7 +233,8 @@ static void make_nonce(char *out)
 
 	if (getrandom(&x, sizeof(x), GRND_NONBLOCK) != (ssize_t)sizeof(x)) {
 		clock_gettime(CLOCK_REALTIME, &ts);
-		x = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+		x = ((uint64_t)ts.tv_sec * 1000000000ull +
+		     (uint64_t)ts.tv_nsec) ^
 		    ((uint64_t)getpid() << 40) ^
 		    (atomic_fetch_add(&calls, 1) * 0x9e3779b97f4a7c15ull);
 	}
@@ -719,9 +720,9 @@ int fanout_nats_open(const char *url, const struct fanout_nats_opts *o,
 		char nonce[FNATS_NONCE_LEN + 1];
 
 		make_nonce(nonce);
-		n->key_prefix_len = (size_t)snprintf(
-			n->key_prefix, sizeof(n->key_prefix), "%s.%s.", n->id,
-			nonce);
+		n->key_prefix_len =
+			(size_t)snprintf(n->key_prefix, sizeof(n->key_prefix),
+					 "%s.%s.", n->id, nonce);
 	}
 	snprintf(n->result_subject, sizeof(n->result_subject),
 		 "fanout.result.%s", n->id);

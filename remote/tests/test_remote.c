@@ -576,8 +576,8 @@ static void run_dispatch_once(struct env *v, const char *id,
 			      size_t cap)
 {
 	char self[PATH_MAX], ms[16];
-	char *argv[] = {self,		   "--dispatch-once", v->srv.url,
-			(char *)id,	   (char *)payload,   ms,
+	char *argv[] = {self,	    "--dispatch-once", v->srv.url,
+			(char *)id, (char *)payload,   ms,
 			NULL};
 	ssize_t l = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	size_t got = 0;
