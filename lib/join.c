@@ -48,7 +48,9 @@
  * that returns gives its place back; one that defers keeps it until it is
  * finished.  A runner that finds no place parks: it turns itself into a
  * parked token (one ring credit and one record reference, counted in
- * `parked`) and leaves.  Whoever gives a place back then takes one parked
+ * `parked`) and leaves; the fanout_run caller instead sleeps on the
+ * record's `place_ec` until a place is given back (no_place), since only
+ * a worker runs ring tokens.  Whoever gives a place back then takes one parked
  * token (CAS on `parked`) and submits it, or releases it when nothing is
  * left to claim.  No lost wake-up: park increments `parked` and then
  * re-reads `places`; give_place decrements `places` and then reads
@@ -59,7 +61,9 @@
  * several children; when it finds no place for the next of them, it hands
  * the rest of the chunk back as a leftover range (a push-only stack,
  * emptied whole by exchange, so no ABA) and parks; runners take leftover
- * ranges before claiming new indices.  Leftovers are children claimed but
+ * ranges before claiming new indices, and one that took a range looks at
+ * the list again before it leaves (leftovers_left; tests/models/
+ * places.pml checks all of this with spin).  Leftovers are children claimed but
  * not finished, so `remaining` counts them; a canceller skips them
  * (exchange), and a runner that pushes one re-reads `cancel` (seq_cst,
  * against the canceller's fetch_or before its exchange) and skips them
