@@ -294,6 +294,35 @@ void fnats_puller_close(struct fnats_puller *p)
 	memset(p, 0, sizeof(*p));
 }
 
+/* What a message read from the inbox was, the request's state updated
+ * (fnats_pull, fnats_pull_queued). */
+enum took { TOOK_MSG, TOOK_NOTHING, TOOK_REFUSED, TOOK_OVER };
+
+static enum took took(struct fnats_puller *p, natsMsg *m)
+{
+	const char *code = NULL;
+
+	/* A status message (no data, a Status header) is the server's word
+	 * on the request; 100 is a heartbeat. */
+	if (natsMsg_GetDataLength(m) == 0 &&
+	    natsMsgHeader_Get(m, "Status", &code) == NATS_OK && code) {
+		bool beat = !strncmp(code, "100", 3);
+		bool over =
+			!strncmp(code, "404", 3) || !strncmp(code, "408", 3);
+		/* an older request's end says nothing of this one */
+		bool stale = strcmp(natsMsg_GetSubject(m), p->cur) != 0;
+
+		natsMsg_Destroy(m); /* @code pointed into it */
+		if (beat || stale)
+			return TOOK_NOTHING;
+		p->asked = 0;
+		return over ? TOOK_OVER : TOOK_REFUSED;
+	}
+	if (p->asked > 0)
+		p->asked--;
+	return TOOK_MSG;
+}
+
 /* How long a no-wait request's answer may take before it is given up. */
 #define NO_WAIT_ANSWER_MS 1000
 
@@ -305,7 +334,6 @@ int fnats_pull(struct fnats_puller *p, int batch, bool no_wait,
 	*msg = NULL;
 	for (;;) {
 		uint64_t now = fnats_now_ms(), limit;
-		const char *code = NULL;
 		natsMsg *m = NULL;
 		natsStatus s;
 
@@ -344,30 +372,40 @@ int fnats_pull(struct fnats_puller *p, int batch, bool no_wait,
 			p->asked = 0;
 			return fnats_errno(s);
 		}
-		/* A status message (no data, a Status header) is the
-		 * server's word on the request; 100 is a heartbeat. */
-		if (natsMsg_GetDataLength(m) == 0 &&
-		    natsMsgHeader_Get(m, "Status", &code) == NATS_OK && code) {
-			bool beat = !strncmp(code, "100", 3);
-			bool over = !strncmp(code, "404", 3) ||
-				    !strncmp(code, "408", 3);
-			/* an older request's end says nothing of this one */
-			bool stale = strcmp(natsMsg_GetSubject(m), p->cur) != 0;
-
-			natsMsg_Destroy(m); /* @code pointed into it */
-			if (beat || stale)
-				continue;
-			p->asked = 0;
-			if (!over)
-				return -EAGAIN;
+		switch (took(p, m)) {
+		case TOOK_MSG:
+			*msg = m;
+			return 0;
+		case TOOK_NOTHING:
+			continue;
+		case TOOK_REFUSED:
+			return -EAGAIN;
+		case TOOK_OVER:
 			if (no_wait)
 				return -ETIMEDOUT;
 			continue; /* ended early: ask again, time is left */
 		}
-		if (p->asked > 0)
-			p->asked--;
-		*msg = m;
-		return 0;
+	}
+}
+
+int fnats_pull_queued(struct fnats_puller *p, natsMsg **msg)
+{
+	*msg = NULL;
+	for (;;) {
+		natsMsg *m = NULL;
+		natsStatus s = natsSubscription_NextMsg(&m, p->inbox, 0);
+
+		if (s == NATS_TIMEOUT)
+			return -ETIMEDOUT;
+		if (s != NATS_OK) {
+			p->asked = 0;
+			return fnats_errno(s);
+		}
+		if (took(p, m) == TOOK_MSG) {
+			*msg = m;
+			return 0;
+		}
+		/* a status: the request's state is updated, read on */
 	}
 }
 

@@ -90,6 +90,12 @@ FANOUT_NATS_HIDDEN void fnats_puller_close(struct fnats_puller *p);
 FANOUT_NATS_HIDDEN int fnats_pull(struct fnats_puller *p, int batch,
 				  bool no_wait, uint64_t until_ms,
 				  natsMsg **msg);
+/* A message already in the puller's inbox into *@msg, without asking
+ * for any: one an earlier request brought late (its wait over here, the
+ * server still held it).  Status messages are handled as fnats_pull
+ * does.  Return: 0; -ETIMEDOUT when there is none; another negative
+ * errno. */
+FANOUT_NATS_HIDDEN int fnats_pull_queued(struct fnats_puller *p, natsMsg **msg);
 /* Acknowledge a message read through a puller: FNATS_ACK, _NAK, _WPI
  * (in progress, keep it) or _TERM (never redeliver). */
 #define FNATS_ACK "+ACK"

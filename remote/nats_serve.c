@@ -13,6 +13,16 @@
  * run's outcome is stored at most once within the duplicate window) and
  * only then acks the child.  So a worker killed at any point leaves the
  * child unacked, and JetStream redelivers it after AckWait.
+ *
+ * A message can reach the inbox when no request of ours is open: an idle
+ * wait for one ends here while the server still holds the request for
+ * about the network delay, and a message published in that gap is sent
+ * to it.  Left unread while every slot is busy, it would not be kept
+ * alive and would be redelivered to another worker after AckWait, then
+ * run here too once a slot frees (the child run twice).  So a busy
+ * worker reads its inbox without asking for more, keeps what it finds
+ * (held) alive with InProgress like a running child, starts it first
+ * when a slot frees, and hands it back (Nak) when it stops.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -39,6 +49,12 @@ struct job {
 	struct job *pnext; /* publishing list / retry list */
 };
 
+/* A message read while every slot was busy, not started yet. */
+struct held {
+	natsMsg *msg;
+	struct held *next;
+};
+
 struct server {
 	const struct fanout_nats_serve_opts *o;
 	struct fnats_names nm;
@@ -50,6 +66,7 @@ struct server {
 	struct fanout_sink *sink;
 	struct job head; /* running, a ring */
 	unsigned running;
+	struct held *held, **held_tail; /* FIFO, see the top */
 	bool stopping;
 	char ring[CANCEL_RING][FNATS_KEY_MAX]; /* recent cancel notices */
 	unsigned ring_next;
@@ -346,9 +363,48 @@ static void reap(struct server *sv, int timeout_ms)
 static void progress(struct server *sv)
 {
 	struct job *j;
+	struct held *h;
 
 	for (j = sv->head.next; j != &sv->head; j = j->next)
 		fnats_ack(sv->nc, j->msg, FNATS_WPI);
+	for (h = sv->held; h; h = h->next)
+		fnats_ack(sv->nc, h->msg, FNATS_WPI);
+}
+
+/* Busy: keep what came to the inbox anyway (see the top). */
+static void hold_queued(struct server *sv)
+{
+	natsMsg *m = NULL;
+
+	while (fnats_pull_queued(&sv->pull, &m) == 0) {
+		struct held *h = malloc(sizeof(*h));
+
+		if (!h) {
+			/* another worker may take it */
+			fnats_ack(sv->nc, m, FNATS_NAK);
+			natsMsg_Destroy(m);
+			continue;
+		}
+		h->msg = m;
+		h->next = NULL;
+		*sv->held_tail = h;
+		sv->held_tail = &h->next;
+	}
+}
+
+static natsMsg *unhold(struct server *sv)
+{
+	struct held *h = sv->held;
+	natsMsg *m;
+
+	if (!h)
+		return NULL;
+	sv->held = h->next;
+	if (!sv->held)
+		sv->held_tail = &sv->held;
+	m = h->msg;
+	free(h);
+	return m;
 }
 
 static int setup(struct server *sv, unsigned *conc)
@@ -418,14 +474,27 @@ static int setup(struct server *sv, unsigned *conc)
 	return s == NATS_OK ? 0 : fnats_errno(s);
 }
 
-/* Start the children that are there, up to @conc running: busy, only
- * what is there now; idle, waiting up to 100 ms for one.  Returns how
+/* Start the children that are there, up to @conc running: those held
+ * first (and only those, this time); busy, only what is there now; idle,
+ * waiting up to 100 ms for one.  Returns how
  * many it started, or a negative errno when it started none. */
 static int take(struct server *sv, unsigned conc)
 {
-	int want = (int)(conc - sv->running), got = 0, err = 0;
-	bool busy = sv->running > 0;
-	uint64_t until = fnats_now_ms() + (busy ? 0 : 100);
+	int want, got = 0, err = 0;
+	bool busy;
+	uint64_t until;
+	natsMsg *h;
+
+	/* those read while busy first: they came first */
+	while (sv->running < conc && (h = unhold(sv))) {
+		start(sv, h);
+		got++;
+	}
+	if (got)
+		return got;
+	want = (int)(conc - sv->running);
+	busy = sv->running > 0;
+	until = fnats_now_ms() + (busy ? 0 : 100);
 
 	while (got < want) {
 		natsMsg *m = NULL;
@@ -458,6 +527,7 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 	sv->o = o;
 	fnats_names(o->kind, &sv->nm);
 	sv->head.next = sv->head.prev = &sv->head;
+	sv->held_tail = &sv->held;
 	pthread_mutex_init(&sv->lock, NULL);
 	conc = o->concurrency;
 	err = setup(sv, &conc);
@@ -478,6 +548,7 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 				usleep(50000);
 			reap(sv, got > 0 || !sv->running ? 0 : 2);
 		} else {
+			hold_queued(sv);
 			reap(sv, 20);
 		}
 		if (fnats_now_ms() >= next_progress) {
@@ -487,6 +558,17 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 	}
 	/* Stop: interrupt what runs and give it back. */
 	sv->stopping = true;
+	/* Read but never started: give them back at once, not after
+	 * AckWait. */
+	{
+		natsMsg *m;
+
+		hold_queued(sv);
+		while ((m = unhold(sv))) {
+			fnats_ack(sv->nc, m, FNATS_NAK);
+			natsMsg_Destroy(m);
+		}
+	}
 	{
 		struct job *j;
 
@@ -539,6 +621,8 @@ out:
 		sv->retry = j->pnext;
 		job_free(j);
 	}
+	while (sv->held)
+		natsMsg_Destroy(unhold(sv));
 	pthread_mutex_destroy(&sv->lock);
 	if (sv->e && sv->e != o->engine)
 		fanout_destroy(sv->e);

@@ -218,6 +218,51 @@ static void test_no_wait_empty(void **state)
 	env_free(v);
 }
 
+/*
+ * fnats_pull_queued reads what is in the inbox without asking for more: a
+ * message of a request that is not ours any more (made here on the
+ * puller's inbox) after a stale status, which it skips; then nothing.
+ */
+static void test_queued_asks_nothing(void **state)
+{
+	struct env *v = env_new();
+	char reply[sizeof(v->p.cur) + 8];
+	natsMsg *m = NULL, *st = NULL;
+	uint64_t until;
+	int err;
+
+	(void)state;
+	put(v, 0);
+	assert_int_equal(fnats_pull(&v->p, 1, false, fnats_now_ms() + 5000, &m),
+			 0);
+	assert_int_equal(take(v, m), 0);
+	assert_int_equal(v->p.seq, 1);
+	assert_int_equal(v->p.asked, 0);
+	assert_int_equal(fnats_pull_queued(&v->p, &m), -ETIMEDOUT);
+	snprintf(reply, sizeof(reply), "%s.999", v->p.reply);
+	assert_int_equal(natsMsg_Create(&st, reply, NULL, NULL, 0), NATS_OK);
+	assert_int_equal(natsMsgHeader_Set(st, "Status", "408"), NATS_OK);
+	assert_int_equal(natsConnection_PublishMsg(v->nc, st), NATS_OK);
+	natsMsg_Destroy(st);
+	snprintf(reply, sizeof(reply), "%s.998", v->p.reply);
+	assert_int_equal(natsConnection_PublishRequestString(
+				 v->nc, v->p.next, reply,
+				 "{\"batch\":1,\"expires\":10000000000}"),
+			 NATS_OK);
+	assert_int_equal(natsConnection_Flush(v->nc), NATS_OK);
+	put(v, 1);
+	until = fnats_now_ms() + 10000;
+	while ((err = fnats_pull_queued(&v->p, &m)) == -ETIMEDOUT &&
+	       fnats_now_ms() < until)
+		h_sleep_ms(5);
+	assert_int_equal(err, 0);
+	assert_int_equal(take(v, m), 1);
+	assert_int_equal(v->p.seq, 1); /* no request sent */
+	assert_int_equal(fnats_pull_queued(&v->p, &m), -ETIMEDOUT);
+	assert_null(m);
+	env_free(v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -225,6 +270,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_late_replies_read_once,
 					  teardown),
 		cmocka_unit_test_teardown(test_no_wait_empty, teardown),
+		cmocka_unit_test_teardown(test_queued_asks_nothing, teardown),
 	};
 
 	return nats_suite_end(cmocka_run_group_tests(tests, NULL, NULL));

@@ -676,6 +676,102 @@ static void test_stop_hands_back_failed(void **state)
 	env_free(v);
 }
 
+/*
+ * A message that reaches a busy worker's inbox though it asked for none
+ * (in production: published while the server still held the worker's
+ * idle request whose wait had just ended here) runs once, on that
+ * worker, after its running child.  The test learns the worker's inbox
+ * from its pull requests and opens a request on it itself, while the
+ * worker (concurrency 1) runs a long child.  The worker once left such a
+ * message unread and not kept alive: after AckWait it went to a second
+ * worker (delivery 2), and ran here as well once the slot freed.
+ */
+static void test_busy_inbox_kept(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl1[] = {"sleep:5000:long"}, *pl2[] = {"echo:extra"};
+	const char *next = "$JS.API.CONSUMER.MSG.NEXT.FANOUT_T.fanout-worker-t";
+	struct fanout_sink *sink = fanout_default_sink(v->e);
+	natsConnection *nc = NULL;
+	natsSubscription *sub = NULL;
+	jsCtx *js = NULL;
+	natsMsg *m = NULL;
+	char inbox[256], *dot;
+	bool long_done = false, extra_done = false;
+	long t0;
+	int i;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
+	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	assert_int_equal(natsConnection_SubscribeSync(&sub, nc, next), NATS_OK);
+	assert_int_equal(natsConnection_Flush(nc), NATS_OK);
+	start_worker(v, 0, "t", 1, 5);
+	/* its requests' reply subjects are <inbox>.<seq> */
+	assert_int_equal(natsSubscription_NextMsg(&m, sub, 30000), NATS_OK);
+	assert_non_null(natsMsg_GetReply(m));
+	snprintf(inbox, sizeof(inbox), "%s", natsMsg_GetReply(m));
+	natsMsg_Destroy(m);
+	natsSubscription_Destroy(sub);
+	dot = strrchr(inbox, '.');
+	assert_non_null(dot);
+	*dot = '\0';
+	dispatch(v, "t", pl1, 1, 0);
+	assert_true(h_wait_lines(v->log[0], "S ", 1, 30000));
+	/* busy now (1 of 1): a request of ours on its inbox, then a child */
+	{
+		char reply[300];
+
+		snprintf(reply, sizeof(reply), "%s.999999", inbox);
+		assert_int_equal(
+			natsConnection_PublishRequestString(
+				nc, next, reply,
+				"{\"batch\":1,\"expires\":60000000000}"),
+			NATS_OK);
+		assert_int_equal(natsConnection_Flush(nc), NATS_OK);
+	}
+	dispatch(v, "t", pl2, 1, 0);
+	/* delivered (to that inbox: no one else asks) */
+	t0 = h_now_ms();
+	for (;;) {
+		jsConsumerInfo *ci = NULL;
+		int pending = -1;
+
+		if (js_GetConsumerInfo(&ci, js, "FANOUT_T", "fanout-worker-t",
+				       NULL, NULL) == NATS_OK) {
+			pending = (int)ci->NumAckPending;
+			jsConsumerInfo_Destroy(ci);
+		}
+		if (pending == 2)
+			break;
+		assert_true(h_now_ms() - t0 < 30000);
+		h_sleep_ms(10);
+	}
+	/* a second worker, idle: it must not be given the child */
+	start_worker(v, 1, "t", 1, 5);
+	for (i = 0; i < 2; i++) {
+		struct fanout_event *ev = NULL;
+
+		assert_int_equal(fanout_wait(sink, &ev, 60000), 0);
+		assert_int_equal(ev->nresults, 1);
+		assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+		if (!strcmp(ev->results[0].summary, "long"))
+			long_done = true;
+		else if (!strcmp(ev->results[0].summary, "extra"))
+			extra_done = true;
+		fanout_event_free(ev);
+	}
+	assert_true(long_done && extra_done);
+	/* both ran on the first worker, once each */
+	assert_true(h_wait_lines(v->log[0], "D ", 2, 30000));
+	assert_int_equal(h_count_lines(v->log[0], "S "), 2);
+	assert_int_equal(h_count_lines(v->log[1], "S "), 0);
+	jsCtx_Destroy(js);
+	natsConnection_Destroy(nc);
+	env_free(v);
+}
+
 static int never_called(struct fanout_child *c, void *arg)
 {
 	(void)c;
@@ -798,6 +894,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_restart_same_id, teardown),
 		cmocka_unit_test_teardown(test_stop_hands_back_failed,
 					  teardown),
+		cmocka_unit_test_teardown(test_busy_inbox_kept, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
