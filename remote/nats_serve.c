@@ -245,6 +245,13 @@ static struct job *job_for_outcome(natsMsg *msg, const char *reply,
 	return j;
 }
 
+/* Hand @msg back to JetStream for another worker, and drop our copy. */
+static void nak_drop(struct server *sv, natsMsg *msg)
+{
+	fnats_ack(sv->nc, msg, FNATS_NAK);
+	natsMsg_Destroy(msg);
+}
+
 static void answer_unrun(struct server *sv, natsMsg *msg, const char *reply,
 			 const char *key, unsigned delivery)
 {
@@ -257,8 +264,7 @@ static void answer_unrun(struct server *sv, natsMsg *msg, const char *reply,
 	struct job *j = job_for_outcome(msg, reply, key, delivery, &r);
 
 	if (!j) {
-		fnats_ack(sv->nc, msg, FNATS_NAK);
-		natsMsg_Destroy(msg);
+		nak_drop(sv, msg);
 		return;
 	}
 	send_outcome(sv, j);
@@ -287,8 +293,7 @@ static void start(struct server *sv, natsMsg *msg)
 	}
 	j = calloc(1, sizeof(*j));
 	if (!j) {
-		fnats_ack(sv->nc, msg, FNATS_NAK);
-		natsMsg_Destroy(msg);
+		nak_drop(sv, msg);
 		return;
 	}
 	j->msg = msg;
@@ -314,8 +319,7 @@ static void start(struct server *sv, natsMsg *msg)
 		j->prev->next = j->next;
 		j->next->prev = j->prev;
 		/* another worker may take it */
-		fnats_ack(sv->nc, msg, FNATS_NAK);
-		natsMsg_Destroy(msg);
+		nak_drop(sv, msg);
 		free(j);
 		return;
 	}
@@ -381,8 +385,7 @@ static void hold_queued(struct server *sv)
 
 		if (!h) {
 			/* another worker may take it */
-			fnats_ack(sv->nc, m, FNATS_NAK);
-			natsMsg_Destroy(m);
+			nak_drop(sv, m);
 			continue;
 		}
 		h->msg = m;
@@ -565,8 +568,7 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 
 		hold_queued(sv);
 		while ((m = unhold(sv))) {
-			fnats_ack(sv->nc, m, FNATS_NAK);
-			natsMsg_Destroy(m);
+			nak_drop(sv, m);
 		}
 	}
 	{
