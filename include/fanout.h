@@ -417,7 +417,12 @@ struct fanout_task {
  *               delegation joins its cancel tree, as a call made from
  *               inside a running child does implicitly.  NULL = the calling
  *               thread's current child, if any.  @within must not have
- *               been completed yet.
+ *               been completed yet.  If it is finished while the call
+ *               links the new delegation (completed on another thread,
+ *               or abandoned), the call either refuses with -ECANCELED
+ *               or succeeds with the delegation interrupted at once
+ *               (INTERRUPT | ABANDON, event->cancelled): a cancel of the
+ *               tree may already have passed the finished child.
  * @flags:       0 (everything the call reads is copied), or
  *               FANOUT_BORROW_TASKS.  Other bits: -EINVAL.
  *
@@ -1007,6 +1012,10 @@ struct fanout_outcome {
  * fanout_set_summary()/set_error()/add_cost() on @c after deferring (they
  * return -EINVAL): pass the outcome to fanout_complete() instead.
  * fanout_complete() may be called before fn has returned, from any thread.
+ * A delegation that fn starts after the pending child was finished (by
+ * fanout_complete() or by the library) is interrupted at once (INTERRUPT |
+ * ABANDON, event->cancelled): its parent may have finished, and a cancel
+ * of the tree passed it, already.
  * The child's duration runs until it is finished (0 with
  * FANOUT_NO_CHILD_CLOCK).
  *

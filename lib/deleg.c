@@ -73,6 +73,11 @@ static int reject(struct fanout_engine *e, int err)
  */
 struct origin {
 	struct record *parent;
+	/* The deferred child we hang from, if any: @within, or the calling
+	 * thread's child once it called fanout_defer().  recheck() looks at
+	 * it after the link ("Late kids"); alive while the parent record is
+	 * (pending.c, "Lifetime"). */
+	struct fanout_pending *pend;
 	struct fanout_engine *pinned; /* the parent's engine, if not ours */
 	bool ref;
 };
@@ -85,10 +90,12 @@ static int origin_get(struct fanout_engine *e, const struct fanout_batch *b,
 	uint32_t k;
 
 	o->parent = NULL;
+	o->pend = NULL;
 	o->pinned = NULL;
 	o->ref = false;
 	if (!b->within) {
 		o->parent = cur ? cur->rec : NULL;
+		o->pend = cur ? cur->pending : NULL;
 		return 0;
 	}
 	fanout__read_lock();
@@ -100,6 +107,7 @@ static int origin_get(struct fanout_engine *e, const struct fanout_batch *b,
 		return -ECANCELED; /* that child was abandoned */
 	}
 	o->parent = b->within->rec;
+	o->pend = b->within;
 	FANOUT_TEST_POINT(FANOUT_AT_ORIGIN_CHECKED, o->parent);
 	/* The child may be finished since, and its record's last reference
 	 * put: a reference is taken only from a count that is not zero.
@@ -110,6 +118,7 @@ static int origin_get(struct fanout_engine *e, const struct fanout_batch *b,
 		if (!k) {
 			fanout__read_unlock();
 			o->parent = NULL;
+			o->pend = NULL;
 			return -ECANCELED;
 		}
 	} while (!atomic_compare_exchange_weak_explicit(
@@ -128,6 +137,7 @@ static int origin_get(struct fanout_engine *e, const struct fanout_batch *b,
 			fanout__rec_put(o->parent, 1);
 			fanout__read_unlock();
 			o->parent = NULL;
+			o->pend = NULL;
 			o->ref = false;
 			return -ECANCELED;
 		}
@@ -332,6 +342,18 @@ static void recheck(struct fanout_engine *e, fanout_id id,
 		if (pc & FANOUT_CANCEL_INTERRUPT)
 			how |= (pc & CANCEL_HOW_MASK) | CANCEL_TREE;
 	}
+	/* "Late kids" in tree.c: the deferred child we hang from finished
+	 * before our link may have been seen, so its delegation may have
+	 * finished and a walk passed it: interrupt ourselves.  seq_cst:
+	 * after the fence above, against the finisher's seq_cst CAS
+	 * (pending.c, try_finish); a clear bit means that CAS, hence every
+	 * walk that finds the parent finished (and fences, tree.c), comes
+	 * after our fence in S, so the walk sees our link. */
+	if (o->pend &&
+	    (atomic_load_explicit(&o->pend->state, memory_order_seq_cst) &
+	     PEND_DONE))
+		how |= FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON |
+		       CANCEL_TREE;
 	if (!how)
 		return;
 	fanout__read_lock();

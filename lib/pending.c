@@ -60,12 +60,15 @@ static bool try_finish(struct fanout_pending *p)
 	uint32_t s = atomic_load_explicit(&p->state, memory_order_relaxed);
 
 	/* acq_rel: the winner sees what the registrant and the child wrote
-	 * before their own RMWs on `state`; the losers publish nothing. */
+	 * before their own RMWs on `state`; the losers publish nothing.
+	 * seq_cst: also in the single order S, against the fence and load
+	 * of a dispatch hanging from this child (deleg.c recheck, tree.c
+	 * "Late kids"). */
 	do {
 		if (s & PEND_DONE)
 			return false;
 	} while (!atomic_compare_exchange_weak_explicit(
-		&p->state, &s, s | PEND_DONE, memory_order_acq_rel,
+		&p->state, &s, s | PEND_DONE, memory_order_seq_cst,
 		memory_order_relaxed));
 	return true;
 }

@@ -155,11 +155,12 @@ struct fanout_tomb {
 } __attribute__((aligned(CACHELINE)));
 
 /* Whether @rec's tomb keeps its place in the cancel tree: it has kids
- * (set while it ran, tree.c "Links"), or it may get one yet - a dispatch
- * within one of its deferred children may link it after it finished,
- * the child seen unfinished just before (deleg.c, origin_get).  relaxed:
- * both were written before the join's acquire that ended it, or are that
- * late link, which the tomb then does not need to see. */
+ * (set while it ran, tree.c "Links"), or it may have one this finaliser
+ * does not see - a dispatch hanging from one of its deferred children
+ * links it with nothing ordering the link before this read, the child
+ * still unfinished at the dispatch's re-check (tree.c, "Late kids").
+ * relaxed: both were written before the join's acquire that ended it, or
+ * are that late link, which the tomb then does not need to see. */
 static bool has_kids(const struct record *rec)
 {
 	return atomic_load_explicit(&rec->has_kids, memory_order_relaxed) ||

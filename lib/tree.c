@@ -28,11 +28,28 @@
  * interrupted (-EALREADY), but its own kids may still run, started by its
  * children before it finished: the walk goes on through it, from its
  * record while the table holds one, else from its tomb, which keeps the
- * record's parent link when it has kids (table.c, TOMB_KIDS).  Its kids
- * were inserted before it finished (their dispatch ran inside its child,
- * or within one of its deferred children, which finish before it), so the
- * walk finds them; once its tomb is pruned (keep_completed newer records
- * finished), its kids are no longer reached through it.
+ * record's parent link when it has kids or deferred children (table.c,
+ * TOMB_KIDS).  Its kids were linked before it finished (their dispatch
+ * ran inside its child, or hung from one of its deferred children, which
+ * finish before it - but see "Late kids"), so the walk finds them; once
+ * its tomb is pruned (keep_completed newer records finished), its kids
+ * are no longer reached through it.
+ *
+ * Late kids.  A dispatch that hangs from a deferred child (batch.within,
+ * or made by the child's fn after fanout_defer) may link its record after
+ * that child was finished - by a completer on another thread, or before
+ * the fn returned - and the parent record with it, so after a walk that
+ * found the parent finished and passed it without a look at this kid; no
+ * cancel bit on a finished parent tells the kid.  So the dispatch, after
+ * its link and seq_cst fence (deleg.c, recheck), loads the child's state
+ * (seq_cst), and interrupts itself if the child is finished.  If not, the
+ * finisher's CAS on that state (seq_cst, pending.c try_finish) comes
+ * after the dispatch's fence in S; a walk that finds the parent finished
+ * does so through the join (or the tomb) that follows that CAS, and then
+ * issues a seq_cst fence before it reads has_kids and scans, so that
+ * fence too comes after the dispatch's in S, and the walk sees the link
+ * (C11 7.17.3p7).  A walk that finds the parent running sets its cancel
+ * bits: "Tree" above.
  *
  * Engines.  Every engine is in one process-wide cds_lfht (liburcu's
  * lock-free hash set, keyed by the engine's serial, no resizing, so no
@@ -101,8 +118,12 @@ static void cancel_kid(struct record *rec, void *arg)
 		return;
 	/* A kid that finished already answers -EALREADY without walking
 	 * on; its own kids may still run ("Finished kids" above). */
-	if (fanout__cancel_rec(rec, k->how) &&
-	    atomic_load_explicit(&rec->has_kids, memory_order_relaxed))
+	if (!fanout__cancel_rec(rec, k->how))
+		return; /* interrupted: it walked on itself ("Tree") */
+	/* seq_cst fence: the walk's half of "Late kids" (after seeing the
+	 * kid finished, before the load of has_kids and the scan). */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&rec->has_kids, memory_order_relaxed))
 		walk_kids(rec->id, rec->e->serial, k->how);
 }
 
@@ -111,6 +132,9 @@ static void cancel_kid_tomb(fanout_id kid, void *arg)
 {
 	const struct kid_scan *k = arg;
 
+	/* seq_cst fence: as in cancel_kid ("Late kids"), after the tomb's
+	 * read, before the scan. */
+	atomic_thread_fence(memory_order_seq_cst);
 	walk_kids(kid, k->scanned, k->how);
 }
 

@@ -963,18 +963,22 @@ static void tree_through_finished_tomb(void **state)
 }
 
 /*
- * A dispatch within P's deferred child, stopped after it took its
- * reference (test point FANOUT_AT_ORIGIN_TAKEN) while P finishes and its
- * event is freed (P is a tomb), then links K under P.  Interrupting P's
- * parent G must reach K through P's tomb: a record with deferred
- * children keeps its place in the tree, since such a late link cannot be
- * seen by the tomb written before it.  (The tomb had no link: K ran on.)
+ * Late kids (tree.c): a dispatch within P's deferred child, stopped after
+ * it took its reference (test point FANOUT_AT_ORIGIN_TAKEN) while the
+ * child completes and P finishes (and, @free_p, P's event is freed: P is
+ * a tomb), then links K under P.  The child K hangs from finished before
+ * K was linked, so K is interrupted at once, by its own re-check: a walk
+ * from G, P's parent, may have passed P before the link, and no cancel
+ * bit of a finished P tells K.  @cancel_first: G is interrupted while K's
+ * dispatch is stopped, before the link.  (K ran on, never interrupted,
+ * when G's cancel came first; the link was found only by a later walk.)
  */
 struct late_kid {
 	struct fanout_engine *e;
 	struct fanout_pending *pp;
 	struct dchild *dk;
 	int rc;
+	fanout_id kid;
 };
 
 static void *late_kid_thread(void *arg)
@@ -982,14 +986,33 @@ static void *late_kid_thread(void *arg)
 	struct late_kid *l = arg;
 	struct fanout_task t = {"K", defer_fn, l->dk};
 	struct fanout_batch b = {.tasks = &t, .ntasks = 1, .within = l->pp};
-	fanout_id id;
 
 	pause_mine = true;
-	l->rc = fanout_dispatch(l->e, &b, &id);
+	l->rc = fanout_dispatch(l->e, &b, &l->kid);
 	return NULL;
 }
 
-static void tree_late_within_kid(void **state)
+/* K, just dispatched, was interrupted by its own re-check: its event
+ * comes, INTERRUPTED, without anyone completing its child. */
+static void expect_kid_interrupted(struct fanout_engine *e, fanout_id kid,
+				   struct dchild *dk)
+{
+	struct fanout_info info;
+	struct fanout_event *ev;
+
+	assert_int_equal(fanout_lookup(e, kid, &info), 0);
+	assert_true(info.cancelled); /* set before the dispatch returned */
+	ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == kid);
+	assert_int_equal(ev->status, FANOUT_INTERRUPTED);
+	assert_true(ev->cancelled);
+	fanout_event_free(ev);
+	/* Its child may have started (and deferred) before the re-check. */
+	if (atomic_load(&dk->runs))
+		assert_int_equal(fanout_complete(dc_wait(dk), NULL), -EALREADY);
+}
+
+static void late_within_kid(bool cancel_first, bool free_p)
 {
 	struct pause pz;
 	struct dchild dg = {0}, dp = {0}, dk = {0};
@@ -997,9 +1020,9 @@ static void tree_late_within_kid(void **state)
 	struct fanout_task tp = {"P", defer_fn, &dp};
 	struct fanout_batch bg = {.tasks = &tg, .ntasks = 1};
 	struct late_kid l = {.dk = &dk};
+	struct fanout_event *ev, *pev = NULL;
 	fanout_id gid, pid;
 
-	(void)state;
 	if (!pause_arm(&pz, FANOUT_AT_ORIGIN_TAKEN))
 		skip(); /* a build without test points */
 	l.e = NEW_ENGINE(.workers = 2, .max_depth = 4, .flags = FANOUT_NO_PIN);
@@ -1012,22 +1035,115 @@ static void tree_late_within_kid(void **state)
 	pthread_t a = spawn(late_kid_thread, &l);
 	pause_wait(&pz); /* it holds P's record; K is not linked yet */
 	assert_int_equal(fanout_complete(l.pp, NULL), 0); /* P finishes */
-	struct fanout_event *ev = must_wait(fanout_default_sink(l.e));
-	assert_true(ev->id == pid);
-	fanout_event_free(ev); /* P is a tomb now */
+	pev = must_wait(fanout_default_sink(l.e));
+	assert_true(pev->id == pid);
+	if (free_p) {
+		fanout_event_free(pev); /* P is a tomb now */
+		pev = NULL;
+	}
+	/* The walk from G passes P, finished, with no kid yet. */
+	if (cancel_first)
+		assert_int_equal(
+			fanout_cancel(l.e, gid, FANOUT_CANCEL_INTERRUPT), 0);
 	pause_go(&pz);
 	join(a);
 	pause_done(&pz);
 	assert_int_equal(l.rc, 0);
-	struct fanout_pending *pk = dc_wait(&dk);
-	assert_non_null(pk);
-	assert_int_equal(fanout_cancel(l.e, gid, FANOUT_CANCEL_INTERRUPT), 0);
-	assert_true(fanout_pending_interrupted(pk)); /* the walk reached K */
-	assert_int_equal(fanout_complete(pk, NULL), 0);
+	expect_kid_interrupted(l.e, l.kid, &dk);
+	if (!cancel_first)
+		assert_int_equal(
+			fanout_cancel(l.e, gid, FANOUT_CANCEL_INTERRUPT), 0);
 	assert_int_equal(fanout_complete(pg, NULL), 0);
-	for (int i = 0; i < 2; i++)
-		fanout_event_free(must_wait(fanout_default_sink(l.e)));
+	ev = must_wait(fanout_default_sink(l.e));
+	assert_true(ev->id == gid);
+	fanout_event_free(ev);
+	if (pev)
+		fanout_event_free(pev);
 	fanout_destroy(l.e);
+}
+
+static void tree_late_within_kid(void **state)
+{
+	(void)state;
+	late_within_kid(false, true);
+}
+
+static void tree_late_within_kid_cancel_first_record(void **state)
+{
+	(void)state;
+	late_within_kid(true, false);
+}
+
+static void tree_late_within_kid_cancel_first_tomb(void **state)
+{
+	(void)state;
+	late_within_kid(true, true);
+}
+
+/*
+ * The same from inside the deferred child's fn: P's only child defers and
+ * is completed (by another thread, as fanout.h allows before fn returns),
+ * P finishes, G is interrupted, and only then does the child's fn start K
+ * (implicitly under P).  The walk from G found P finished without kids; K
+ * must be interrupted at once rather than run outside any tree.  (K ran
+ * on: its re-check saw no cancel bit on P.)
+ */
+struct after_done {
+	struct fanout_engine *e;
+	struct dchild *dk;
+	_Atomic(struct fanout_pending *) p;
+	atomic_int deferred, gate, rc_set;
+	int rc;
+	fanout_id kid;
+};
+
+static int start_after_done_fn(struct fanout_child *c, void *arg)
+{
+	struct after_done *a = arg;
+	struct fanout_task t = {"K", defer_fn, a->dk};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	struct fanout_pending *p = fanout_defer(c);
+
+	CHECK(p != NULL);
+	atomic_store(&a->p, p);
+	atomic_store(&a->deferred, 1);
+	CHECK(wait_flag(&a->gate, GATE_MS)); /* completed by the test */
+	a->rc = fanout_dispatch(a->e, &b, &a->kid);
+	atomic_store(&a->rc_set, 1);
+	return -EINPROGRESS;
+}
+
+static void tree_kid_after_deferred_child_done(void **state)
+{
+	struct dchild dg = {0}, dk = {0};
+	struct after_done ad = {.dk = &dk};
+	struct fanout_task tg = {"G", defer_fn, &dg};
+	struct fanout_task tp = {"P", start_after_done_fn, &ad};
+	struct fanout_batch bg = {.tasks = &tg, .ntasks = 1};
+	struct fanout_event *ev;
+	fanout_id gid, pid;
+
+	(void)state;
+	ad.e = NEW_ENGINE(.workers = 2, .max_depth = 4, .flags = FANOUT_NO_PIN);
+	gid = must_dispatch_b(ad.e, &bg);
+	struct fanout_pending *pg = dc_wait(&dg);
+	struct fanout_batch bp = {.tasks = &tp, .ntasks = 1, .within = pg};
+	pid = must_dispatch_b(ad.e, &bp);
+	assert_true(wait_flag(&ad.deferred, WAIT_MS));
+	assert_int_equal(fanout_complete(atomic_load(&ad.p), NULL), 0);
+	ev = must_wait(fanout_default_sink(ad.e)); /* P finished */
+	assert_true(ev->id == pid);
+	fanout_event_free(ev);
+	assert_int_equal(fanout_cancel(ad.e, gid, FANOUT_CANCEL_INTERRUPT), 0);
+	atomic_store(&ad.gate, 1); /* now P's child starts K */
+	assert_true(wait_flag(&ad.rc_set, WAIT_MS));
+	assert_int_equal(ad.rc, 0);
+	expect_kid_interrupted(ad.e, ad.kid, &dk);
+	assert_int_equal(fanout_complete(pg, NULL), 0);
+	ev = must_wait(fanout_default_sink(ad.e));
+	assert_true(ev->id == gid);
+	fanout_event_free(ev);
+	fanout_destroy(ad.e);
 }
 
 int main(void)
@@ -1048,6 +1164,9 @@ int main(void)
 		TC(tree_through_finished_record),
 		TC(tree_through_finished_tomb),
 		TC(tree_late_within_kid),
+		TC(tree_late_within_kid_cancel_first_record),
+		TC(tree_late_within_kid_cancel_first_tomb),
+		TC(tree_kid_after_deferred_child_done),
 		TC(tree_nested_after_interrupt),
 		TC(tree_nested_run_of_one_after_interrupt),
 		TC(tree_within_after_parent_abandoned),
