@@ -130,6 +130,10 @@ enum fanout_test_point {
 	 * background record's unit (shutdown may return now) and has not
 	 * looked at `shutting` yet (@obj: the engine). */
 	FANOUT_AT_ACTIVE_DONE = 5,
+	/* lib/pending.c, fanout_pending_on_cancel: the interrupt came
+	 * first and the registrant claimed running the callback, which it is
+	 * about to call (@obj: the pending child). */
+	FANOUT_AT_ON_CANCEL_RUN = 6,
 };
 
 /**

@@ -27,7 +27,10 @@
  * interrupter sets the cancel bits and then loads each p's state (seq_cst).
  * Again at least one sees the other; whoever does claims PEND_RUN by CAS,
  * only while PEND_DONE is clear, and runs the callback: at most once, and
- * never for a child already finished when it was claimed.
+ * never for a child already finished when it was claimed.  It runs inside
+ * an RCU read section (the interrupter's, or the registrant's own), so p
+ * stays valid until it returns even if a completer finishes the child
+ * meanwhile and the record is freed (Lifetime).
  *
  * Lifetime.  refs = 2: the record's (put when the record is freed after a
  * grace period, rec_free_rcu in record.c) and the completer's (put by
@@ -307,9 +310,15 @@ int fanout_pending_on_cancel(struct fanout_pending *p,
 			return -EALREADY;
 		}
 	}
-	fanout__read_unlock();
-	if (run)
+	/* fn runs inside the read section, as maybe_run_cb's callers run it:
+	 * a completer may finish the child meanwhile, the record then finish
+	 * and be freed, and with it the record's reference on p (Lifetime);
+	 * the section keeps p valid until fn returns, as fanout.h says. */
+	if (run) {
+		FANOUT_TEST_POINT(FANOUT_AT_ON_CANCEL_RUN, p);
 		fn(p, arg);
+	}
+	fanout__read_unlock();
 	return 0;
 }
 

@@ -766,6 +766,91 @@ static void on_cancel_at_once_if_interrupted(void **state)
 	mb_free(mb);
 }
 
+/*
+ * The interrupt came first, so on_cancel's registrant runs fn itself;
+ * stopped just before it does (test point FANOUT_AT_ON_CANCEL_RUN), a
+ * completer finishes the child, the delegation's event is freed and every
+ * released record reclaimed.  fanout.h: p's memory stays valid until fn
+ * returns.  (The registrant called fn after leaving its read section: the
+ * record, and with it p, was freed under fn - ASan: heap-use-after-free.)
+ */
+struct late_cb {
+	struct fanout_engine *e;
+	struct fanout_pending *p;
+	atomic_int calls, rc_set, qdone;
+	unsigned index;
+	fanout_id id;
+	int rc;
+};
+
+static void late_cb_fn(struct fanout_pending *p, void *arg)
+{
+	struct late_cb *l = arg;
+
+	l->index = fanout_pending_index(p); /* reads p */
+	l->id = fanout_pending_id(p);
+	atomic_fetch_add(&l->calls, 1);
+}
+
+static void *late_cb_register(void *arg)
+{
+	struct late_cb *l = arg;
+
+	pause_mine = true;
+	l->rc = fanout_pending_on_cancel(l->p, late_cb_fn, l);
+	atomic_store(&l->rc_set, 1);
+	return NULL;
+}
+
+static void *late_cb_reclaim(void *arg)
+{
+	struct late_cb *l = arg;
+	struct fanout_event *ev = NULL;
+
+	CHECK(fanout_wait(fanout_default_sink(l->e), &ev, WAIT_MS) == 0);
+	if (ev)
+		fanout_event_free(ev);
+	fanout_test_quiesce(); /* waits for a read section still open */
+	atomic_store(&l->qdone, 1);
+	return NULL;
+}
+
+static void on_cancel_fn_outlives_completion(void **state)
+{
+	struct pause pz;
+	struct fanout_engine *e;
+	struct mbatch *mb;
+	struct late_cb l = {0};
+	fanout_id id;
+
+	if (!pause_arm(&pz, FANOUT_AT_ON_CANCEL_RUN))
+		skip(); /* a build without test points */
+	e = eng2();
+	mb = mb_new(1);
+	l.e = e;
+	id = must_dispatch_b(e, &mb->b);
+	l.p = dc_wait(&mb->d[0]);
+	assert_non_null(l.p);
+	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT), 0);
+	pthread_t r = spawn(late_cb_register, &l);
+	pause_wait(&pz); /* it claimed running fn and is about to call it */
+	assert_int_equal(fanout_complete(l.p, NULL), 0); /* the event goes */
+	pthread_t q = spawn(late_cb_reclaim, &l);
+	/* Not asserted: with fn inside the read section the reclaim waits
+	 * for it; give a reclaim that does not wait the time to finish. */
+	(void)wait_flag(&l.qdone, 2000);
+	pause_go(&pz);
+	join(r);
+	join(q);
+	pause_done(&pz);
+	assert_int_equal(l.rc, 0);
+	assert_int_equal(atomic_load(&l.calls), 1);
+	assert_int_equal(l.index, 0);
+	assert_true(l.id == id);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
 /* Never for a child already finished (the delegation still running). */
 static void on_cancel_not_for_finished_child(void **state)
 {
@@ -2054,6 +2139,7 @@ int main(void)
 		TC(complete_races_destroy),
 		TC(within_other_engine_destroyed),
 		TC(within_run_shuts_parent_engine),
+		TC(on_cancel_fn_outlives_completion),
 	};
 	tc_filters();
 	return cmocka_run_group_tests(tests, NULL, NULL);
