@@ -73,6 +73,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <string.h>
 
@@ -100,7 +101,9 @@ static const char *code_text(int code)
 		return "the delegation's deadline passed";
 	if (code > 0)
 		return "child returned a positive value (reported as an error)";
-	s = strerrordesc_np(-code);
+	/* INT_MIN has no positive counterpart (negating it is undefined):
+	 * no errno either. */
+	s = code > INT_MIN ? strerrordesc_np(-code) : NULL;
 	return s ? s : "child failed with an unknown error";
 }
 

@@ -6,6 +6,8 @@
 #include "defer.h"
 #include "points.h"
 
+#include <limits.h>
+
 static struct fanout_engine *eng2(void)
 {
 	return NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
@@ -149,6 +151,34 @@ static void defer_complete_inside_fn(void **state)
 	assert_int_equal(ev->status, FANOUT_COMPLETED);
 	fanout_event_free(ev);
 	assert_no_event(fanout_default_sink(e));
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/* Any int is a code (fanout_outcome: "another negative errno (or a
+ * positive value)"), INT_MIN too: reported as an error with a text.
+ * (Its description negated it: UBSan, "negation of -2147483648 cannot be
+ * represented in type 'int'".) */
+static void defer_complete_int_min(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(2);
+
+	mb->d[0].o = (struct fanout_outcome){.code = INT_MIN};
+	mb->d[1].o = (struct fanout_outcome){.code = INT_MIN + 1};
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	assert_int_equal(dc_complete(&mb->d[0]), 0);
+	assert_int_equal(dc_complete(&mb->d[1]), 0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+
+	assert_true(ev->id == id);
+	for (unsigned i = 0; i < 2; i++) {
+		assert_int_equal(ev->results[i].status, FANOUT_ERROR);
+		assert_int_equal(ev->results[i].code, mb->d[i].o.code);
+		assert_non_null(ev->results[i].error);
+	}
+	assert_int_equal(ev->status, FANOUT_ERROR);
+	fanout_event_free(ev);
 	fanout_destroy(e);
 	mb_free(mb);
 }
@@ -2140,6 +2170,7 @@ int main(void)
 		TC(within_other_engine_destroyed),
 		TC(within_run_shuts_parent_engine),
 		TC(on_cancel_fn_outlives_completion),
+		TC(defer_complete_int_min),
 	};
 	tc_filters();
 	return cmocka_run_group_tests(tests, NULL, NULL);
