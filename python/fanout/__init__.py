@@ -73,6 +73,11 @@ else:
 
 _TAKE_CAP = 256
 
+# Test points: None, or f(name, obj), called at a few places where the
+# suite must force one interleaving of threads (it may block the calling
+# thread).  Not an API: python/tests sets it, nothing else.
+_test_point = None
+
 
 class BusyError(OSError):
     """A refusal at capacity (errno EBUSY); the message names the limit."""
@@ -265,8 +270,20 @@ class ChildContext:
         """True once fanout interrupted the delegation (cancel, deadline,
         join policy, session cancel, shutdown)."""
         c = self._child
-        return c.interrupted or (not c.done and
-                                 bool(lib.fanout_pending_interrupted(c.p)))
+        if c.interrupted:
+            return True
+        # Read from any thread (a thread child, or a thread its coroutine
+        # started with the context copied), while the loop may complete
+        # the child: fanout_complete() releases c.p, so the look at c.done
+        # and the call on c.p must not straddle it (c.lock, which
+        # _complete holds across fanout_complete).
+        with c.lock:
+            if c.done:
+                return c.interrupted
+            p = c.p
+            if _test_point is not None:
+                _test_point("interrupted", c)
+            return bool(lib.fanout_pending_interrupted(p))
 
     def add_cost(self, x):
         """Add x (finite, >= 0) to the child's cost.  ValueError, and the
@@ -291,7 +308,7 @@ def current():
 
 class _PyChild:
     __slots__ = ("engine", "p", "id", "index", "batch", "task", "cost",
-                 "done", "interrupted", "kind", "__weakref__")
+                 "done", "interrupted", "kind", "lock", "__weakref__")
 
     def __init__(self, engine, p, id, index, batch):
         self.engine = engine
@@ -304,6 +321,9 @@ class _PyChild:
         self.done = False
         self.interrupted = False
         self.kind = batch.tasks[index].kind
+        # Held by _complete across fanout_complete(p) (which releases p)
+        # and by ChildContext.interrupted across its use of p.
+        self.lock = threading.Lock()
 
 
 # -------------------------------------------------------------------- events
@@ -1122,19 +1142,34 @@ class Engine:
         cost = c.cost
         o.cost = cost if math.isfinite(cost) and cost >= 0 else (
             sys.float_info.max if cost > 0 else 0.0)
-        c.done = True
         key = int(ffi.cast("uintptr_t", c.p))
         if self._children.get(key) is c:
             del self._children[key]
-        rc = lib.fanout_complete(c.p, o)
-        if rc == -_errno.EINVAL:  # cannot happen; finish it all the same
-            o.code = code if code else -_errno.EIO
-            o.cost = 0.0
-            o.summary = ffi.NULL
-            o.summary_len = 0
-            o.error = ffi.NULL
-            lib.fanout_complete(c.p, o)
-        c.p = None
+        # c.lock: no other thread is between its look at c.done and its
+        # fanout_pending_interrupted(c.p) while p is released (see
+        # ChildContext.interrupted).  Held for a few loads at most.
+        if not c.lock.acquire(blocking=False):
+            if _test_point is not None:
+                _test_point("complete_waits", c)
+            c.lock.acquire()
+        try:
+            # What interrupted says from now on, without p.
+            if lib.fanout_pending_interrupted(c.p):
+                c.interrupted = True
+            c.done = True
+            rc = lib.fanout_complete(c.p, o)
+            if rc == -_errno.EINVAL:  # cannot happen; finish it all the same
+                o.code = code if code else -_errno.EIO
+                o.cost = 0.0
+                o.summary = ffi.NULL
+                o.summary_len = 0
+                o.error = ffi.NULL
+                lib.fanout_complete(c.p, o)
+            c.p = None
+        finally:
+            c.lock.release()
+        if _test_point is not None:
+            _test_point("completed", c)
         if not self._children and not self._tasks_running:
             self._idle.set()
 

@@ -6,6 +6,7 @@ cancelled or to overlap; every wait that must end is bounded by
 asyncio.wait_for(..., LONG) so a bug fails instead of hanging.
 """
 import asyncio
+import contextvars
 import errno
 import json
 import os
@@ -686,6 +687,61 @@ class TestLifetime(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(st["dispatched"], 2000)
         self.assertEqual(st["completed"], 2000)
         self.assertTrue(all(v == 1 for v in runs.values()))
+
+
+class TestRaces(Base):
+    """Interleavings forced with the package's test points
+    (fanout._test_point) and threading.Events: no sleeps."""
+
+    def set_test_point(self, fn):
+        fanout._test_point = fn
+        self.addCleanup(setattr, fanout, "_test_point", None)
+
+    async def wait_thread_event(self, ev):
+        ok = await asyncio.get_running_loop().run_in_executor(
+            None, ev.wait, LONG)
+        self.assertTrue(ok)
+
+    async def test_interrupted_never_uses_the_pending_child_completed(self):
+        # A thread reads current().interrupted of an async child that the
+        # loop completes meanwhile: it looked at `done` (False) and took
+        # p, then the loop's fanout_complete() released p.  It read the
+        # released child (finished, so "interrupted": True, or freed
+        # memory).  Now the completion waits for the reader.
+        eng = await self.engine()
+        at_window = threading.Event()
+        go = threading.Event()
+        seen = []
+        reader = None
+
+        def tp(name, c):
+            if name == "interrupted" and \
+                    threading.current_thread() is reader:
+                at_window.set()
+                go.wait(LONG)
+            elif name in ("complete_waits", "completed") and \
+                    at_window.is_set():
+                go.set()  # the loop waits for the reader, or is done
+
+        self.set_test_point(tp)
+
+        def read():
+            seen.append(fanout.current().interrupted)
+
+        async def child():
+            nonlocal reader
+            ctx = contextvars.copy_context()
+            reader = threading.Thread(target=ctx.run, args=(read,))
+            reader.start()
+            await self.wait_thread_event(at_window)
+            return "done"
+
+        ev = await asyncio.wait_for(
+            eng.gather([fanout.Task("c", child)]), LONG)
+        reader.join(LONG)
+        self.assertEqual(ev.results[0].status, "completed")
+        self.assertEqual(seen, [False])
+        self.assertClean(eng)
 
 
 class TestWakeups(Base):
