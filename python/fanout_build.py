@@ -152,6 +152,10 @@ int pyfo_take(struct pyfo_glue *g, struct pyfo_start *starts,
               size_t *nstarts, struct pyfo_start *cancels, size_t *ncancels,
               size_t cap);
 int pyfo_defer_child(struct fanout_child *c, void *arg);
+struct pyfo_run { struct fanout_engine *e; ...; };
+struct pyfo_cwrap { fanout_fn fn; void *arg; struct pyfo_run *run; };
+int pyfo_run_child(struct fanout_child *c, void *arg);
+fanout_id pyfo_run_cancel(struct pyfo_run *r);
 int pyfo_child_noop(struct fanout_child *c, void *arg);
 int pyfo_child_spin(struct fanout_child *c, void *arg);
 int pyfo_child_sleep(struct fanout_child *c, void *arg);

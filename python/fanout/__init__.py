@@ -178,6 +178,7 @@ _BUILTIN = {
     "tick": "pyfo_child_tick",    # arg: Counter(): bump until stopped
 }
 _DEFER_FN = ffi.cast("fanout_fn", ffi.addressof(lib, "pyfo_defer_child"))
+_RUN_CHILD_FN = ffi.cast("fanout_fn", ffi.addressof(lib, "pyfo_run_child"))
 
 
 def builtin(name):
@@ -486,7 +487,7 @@ class Handle:
 
 class _Batch:
     __slots__ = ("token", "tasks", "cbatch", "keep", "fut", "sink",
-                 "nstarted", "awaited", "inline", "cancelled")
+                 "nstarted", "awaited", "inline", "cancelled", "run", "id")
 
     def __init__(self, token, tasks):
         self.token = token
@@ -499,6 +500,8 @@ class _Batch:
         self.awaited = False  # gather(): the event goes to its caller only
         self.inline = False   # fanout_run on a thread of its own
         self.cancelled = False  # its awaiting task was cancelled
+        self.run = None  # an inline run's struct pyfo_run (see _glue.c)
+        self.id = 0  # an inline run's id, once a Python child started
 
 
 class Sink:
@@ -693,7 +696,7 @@ class Engine:
             raise OSError(_errno.ESHUTDOWN, "fanout: the engine is closing")
 
     def _make_batch(self, tasks, context, session_key, deadline, join,
-                    quorum, sink):
+                    quorum, sink, inline=False):
         tasks = list(tasks)
         token = self._next_token
         self._next_token += 1
@@ -702,6 +705,15 @@ class Engine:
         ctasks = ffi.new("struct fanout_task[]", max(n, 1))
         keep = [ctasks]
         pyb = None
+        wraps = None
+        if inline:
+            # Its C children start through pyfo_run_child, which cancels
+            # the run if the awaiting task was cancelled before the run
+            # could be found by id (_cancel_inline).
+            b.run = ffi.new("struct pyfo_run *")
+            b.run.e = self._e
+            wraps = ffi.new("struct pyfo_cwrap[]", max(n, 1))
+            keep += [b.run, wraps]
         for i, t in enumerate(tasks):
             if not isinstance(t, Task):
                 raise TypeError(f"tasks[{i}] is not a fanout.Task: {t!r}")
@@ -711,9 +723,16 @@ class Engine:
             keep.append(g)
             ctasks[i].goal = g
             if t.kind == "c":
-                ctasks[i].fn = t.fn._fn
                 a = t.args[0] if t.args else None
-                ctasks[i].arg = self._c_arg(a, keep)
+                if wraps is None:
+                    ctasks[i].fn = t.fn._fn
+                    ctasks[i].arg = self._c_arg(a, keep)
+                else:
+                    wraps[i].fn = t.fn._fn
+                    wraps[i].arg = self._c_arg(a, keep)
+                    wraps[i].run = b.run
+                    ctasks[i].fn = _RUN_CHILD_FN
+                    ctasks[i].arg = wraps + i
             else:
                 if not HAVE_DEFERRED:
                     raise NotImplementedError(
@@ -849,7 +868,7 @@ class Engine:
         not), max_async does not apply to it.  sink is ignored, as
         fanout_run ignores batch->sink: the event goes to the caller."""
         b = self._make_batch(tasks, context, session_key, deadline, join,
-                             quorum, None)
+                             quorum, None, inline=True)
         evp = ffi.new("struct fanout_event **")
         b.inline = True
         b.fut = self._loop.create_future()
@@ -860,6 +879,8 @@ class Engine:
         loop, e, cb = self._loop, self._e, b.cbatch
 
         def run():
+            if _test_point is not None:
+                _test_point("inline_run", b)
             rc = lib.fanout_run(e, cb, evp)
             try:
                 loop.call_soon_threadsafe(self._inline_done, b, rc, evp, t)
@@ -883,23 +904,20 @@ class Engine:
 
     def _cancel_inline(self, b):
         """The task awaiting an inline run was cancelled: cancel the run
-        (with abandon, as gather() does).  Its id is known only from the
-        record (user is the batch's token); a run whose thread has not
-        entered fanout_run yet is cancelled by _start, from its first
-        Python child's note."""
+        (with abandon, as gather() does).  fanout_run gives no id before
+        it returns, and the run may not be in the table yet.  Its id comes
+        from its first Python child's start note (b.id; a note that comes
+        later finds b.cancelled and cancels the run, in _start) or from
+        its first C child (pyfo_run_cancel; a C child that starts later
+        finds the flag and cancels the run itself)."""
         b.cancelled = True
         if self._e is None or b.fut.done():
             return
-        n = ffi.new("size_t *")
-        lib.fanout_list(self._e, ffi.NULL, 0, n)
-        cap = n[0] + 16
-        infos = ffi.new("struct fanout_info[]", cap)
-        lib.fanout_list(self._e, infos, cap, n)
-        for k in range(min(n[0], cap)):
-            i = infos[k]
-            if (not i.background and i.status == lib.FANOUT_RUNNING and
-                    int(ffi.cast("uintptr_t", i.user)) == b.token):
-                self._cancel(i.id, True, True)
+        ids = {b.id}
+        if b.run is not None:
+            ids.add(lib.pyfo_run_cancel(b.run))
+        for i in ids - {0}:
+            self._cancel(i, True, True)
 
     def _inline_done(self, b, rc, evp, thread):
         self._threads.discard(thread)
@@ -1065,6 +1083,8 @@ class Engine:
             o.code = -_errno.EPROTO
             lib.fanout_complete(p, o)
             return
+        if b.inline and not b.id:
+            b.id = id  # for _cancel_inline
         if b.cancelled:  # an inline run cancelled before it registered
             lib.fanout_cancel(self._e, id, lib.FANOUT_CANCEL_INTERRUPT |
                               lib.FANOUT_CANCEL_PENDING | _ABANDON)

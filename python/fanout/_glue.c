@@ -194,6 +194,63 @@ int pyfo_defer_child(struct fanout_child *c, void *arg)
 }
 #endif
 
+/*
+ * Inline runs (fanout_run on a thread of the Python side).  The task
+ * awaiting one may be cancelled before the run is in the table, where a
+ * cancel by id cannot find it.  Each C child of the run is started through
+ * pyfo_run_child(), which stores the run's id and then looks at the
+ * cancelled flag; pyfo_run_cancel() stores the flag and then looks at the
+ * id.  Store-buffering with seq_cst on both sides: at least one of them
+ * sees the other, so either the canceller gets the id and cancels the run,
+ * or the child cancels its own run, and no C child runs its fn after a
+ * cancel that missed the id.  (Python children of the run are cancelled
+ * by the loop when their start note arrives, see _start.)  Both structs
+ * are allocated zeroed by the Python side (ffi.new).
+ */
+struct pyfo_run {
+	struct fanout_engine *e; /* I */
+	_Atomic int cancelled;
+	_Atomic fanout_id id; /* 0 until a C child of the run starts */
+};
+
+/* A C child of an inline run: its own fn and arg, and the run. */
+struct pyfo_cwrap {
+	fanout_fn fn;
+	void *arg;
+	struct pyfo_run *run;
+};
+
+/* The fanout_fn of every C child of an inline run. */
+int pyfo_run_child(struct fanout_child *c, void *arg)
+{
+	struct pyfo_cwrap *w = arg;
+	struct pyfo_run *r = w->run;
+	fanout_id id = fanout_child_id(c);
+
+	/* seq_cst (both): the store-load pair against pyfo_run_cancel(). */
+	atomic_store_explicit(&r->id, id, memory_order_seq_cst);
+	if (atomic_load_explicit(&r->cancelled, memory_order_seq_cst)) {
+		fanout_cancel(r->e, id,
+			      FANOUT_CANCEL_PENDING | FANOUT_CANCEL_INTERRUPT
+#ifdef FANOUT_CANCEL_ABANDON
+				      | FANOUT_CANCEL_ABANDON
+#endif
+		);
+		return -ECANCELED;
+	}
+	return w->fn(c, w->arg);
+}
+
+/* Loop thread: the task awaiting the run was cancelled.  Returns the run's
+ * id for the caller to cancel, or 0 when no C child of it has started yet
+ * (each one that starts from now on cancels the run). */
+fanout_id pyfo_run_cancel(struct pyfo_run *r)
+{
+	/* seq_cst (both): the store-load pair against pyfo_run_child(). */
+	atomic_store_explicit(&r->cancelled, 1, memory_order_seq_cst);
+	return atomic_load_explicit(&r->id, memory_order_seq_cst);
+}
+
 /* Reverse a taken stack: oldest first. */
 static struct pyfo_node *reverse(struct pyfo_node *n)
 {

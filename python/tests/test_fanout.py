@@ -744,6 +744,50 @@ class TestRaces(Base):
         self.assertClean(eng)
 
 
+    async def test_cancel_before_an_inline_run_registers_reaches_it(self):
+        # delegate() at a full pool runs inline, on a thread of its own.
+        # The task awaiting it is cancelled before that thread is in
+        # fanout_run: the run is in no table, and with only C children no
+        # start note ever came to cancel it.  It ran on, uncancelled (the
+        # tick child runs until interrupted).  It must be interrupted,
+        # with its one event.
+        eng = await self.engine(max_async=1)
+        hold = fanout.Counter()
+        self.addCleanup(hold.stop)
+        blocker = eng.dispatch([fanout.Task("pool", fanout.builtin("tick"),
+                                            hold)])
+        at_run = threading.Event()
+        go = threading.Event()
+        self.addCleanup(go.set)
+        runs = []
+
+        def tp(name, b):
+            if name == "inline_run":
+                runs.append(b)
+                at_run.set()
+                go.wait(LONG)
+
+        self.set_test_point(tp)
+        c = fanout.Counter()
+        self.addCleanup(c.stop)  # lets a failing run end
+        t = asyncio.create_task(eng.delegate(
+            [fanout.Task("c", fanout.builtin("tick"), c)]))
+        await self.wait_thread_event(at_run)
+        t.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await t
+        go.set()  # now the run thread enters fanout_run
+        rc, ev = await asyncio.wait_for(asyncio.shield(runs[0].fut), LONG)
+        self.assertEqual(rc, 0)
+        self.assertEqual(ev.status, "interrupted")
+        self.assertEqual(ev.results[0].status, "interrupted")
+        self.assertEqual(len(runs), 1)
+        hold.stop()
+        self.assertEqual((await asyncio.wait_for(blocker, LONG)).status,
+                         "completed")
+        self.assertClean(eng)
+
+
 class TestWakeups(Base):
     async def test_more_starts_than_one_take_holds(self):
         # 20 x 100 children defer at once: more than pyfo_take() returns
