@@ -583,6 +583,7 @@ class Engine:
         self._threads = set()  # inline runs' threads (fanout_run)
         self._idle = None
         self._closing = False
+        self._close_task = None  # aclose()'s work, shielded from its caller
         self._tasks_running = set()
         self.orphan_events = 0   # events no handle waited for (never, we hope)
         self.duplicate_events = 0
@@ -632,10 +633,18 @@ class Engine:
 
     async def aclose(self):
         """Interrupt what still runs, wait for every accepted event and for
-        every Python child to return, then free the engine."""
-        if self._e is None or self._closing:
+        every Python child to return, then free the engine.  Cancelling
+        the caller does not cut this short: the engine still closes in
+        the background, and every accepted event is still delivered (a
+        later aclose() waits for the same close)."""
+        if self._e is None:
             return
-        self._closing = True
+        if self._close_task is None:
+            self._closing = True
+            self._close_task = self._loop.create_task(self._close())
+        await asyncio.shield(self._close_task)
+
+    async def _close(self):
         try:
             how = lib.FANOUT_CANCEL_INTERRUPT | _ABANDON
             for i in self._running_ids():
@@ -651,6 +660,8 @@ class Engine:
                                                  self._e)
             futs = [b.fut for b in self._batches.values()
                     if b.fut is not None]
+            if _test_point is not None:
+                _test_point("aclose_waits", self)
             if futs:
                 await asyncio.wait(futs)
             while self._children or self._tasks_running:
@@ -687,6 +698,7 @@ class Engine:
         lib.pyfo_glue_free(self._glue)
         self._e = None
         self._glue = None
+        self._close_task = None
 
     # -- batches
     def _check_open(self):

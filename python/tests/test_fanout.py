@@ -788,6 +788,38 @@ class TestRaces(Base):
         self.assertClean(eng)
 
 
+    async def test_a_cancelled_aclose_still_delivers_every_event(self):
+        # The task in aclose() is cancelled while aclose() waits for the
+        # events it caused (here: before the loop has read the sink).
+        # aclose() freed the engine at once, with the events in the sink:
+        # the handle never resolved.  Now the close goes on.
+        eng = fanout.Engine(workers=2, pin=False)
+        eng.open()
+        c = fanout.Counter()
+        self.addCleanup(c.stop)
+        h = eng.dispatch([fanout.Task("t", fanout.builtin("tick"), c)])
+        for _ in range(int(LONG * 1000)):
+            if c.value:
+                break
+            await asyncio.sleep(0.001)
+        self.assertTrue(c.value)
+        closer = None
+
+        def tp(name, obj):
+            if name == "aclose_waits" and obj is eng:
+                closer.cancel()  # the task that called aclose()
+
+        self.set_test_point(tp)
+        closer = asyncio.create_task(eng.aclose())
+        with self.assertRaises(asyncio.CancelledError):
+            await closer
+        ev = await asyncio.wait_for(h, LONG)
+        self.assertEqual(ev.status, "interrupted")
+        await asyncio.wait_for(eng.aclose(), LONG)  # waits for that close
+        self.assertIsNone(eng._e)
+        self.assertEqual(eng.orphan_events, 0)
+
+
 class TestWakeups(Base):
     async def test_more_starts_than_one_take_holds(self):
         # 20 x 100 children defer at once: more than pyfo_take() returns
