@@ -309,7 +309,8 @@ def current():
 
 class _PyChild:
     __slots__ = ("engine", "p", "id", "index", "batch", "task", "cost",
-                 "done", "interrupted", "kind", "lock", "__weakref__")
+                 "done", "interrupted", "kind", "lock", "runs", "held",
+                 "__weakref__")
 
     def __init__(self, engine, p, id, index, batch):
         self.engine = engine
@@ -325,6 +326,10 @@ class _PyChild:
         # Held by _complete across fanout_complete(p) (which releases p)
         # and by ChildContext.interrupted across its use of p.
         self.lock = threading.Lock()
+        # Inline runs started with p as their fanout_batch.within that
+        # have not returned, and the outcome held back for them.
+        self.runs = 0
+        self.held = None
 
 
 # -------------------------------------------------------------------- events
@@ -487,7 +492,8 @@ class Handle:
 
 class _Batch:
     __slots__ = ("token", "tasks", "cbatch", "keep", "fut", "sink",
-                 "nstarted", "awaited", "inline", "cancelled", "run", "id")
+                 "nstarted", "awaited", "inline", "cancelled", "run", "id",
+                 "parent")
 
     def __init__(self, token, tasks):
         self.token = token
@@ -502,6 +508,7 @@ class _Batch:
         self.cancelled = False  # its awaiting task was cancelled
         self.run = None  # an inline run's struct pyfo_run (see _glue.c)
         self.id = 0  # an inline run's id, once a Python child started
+        self.parent = None  # the _PyChild an inline run's within names
 
 
 class Sink:
@@ -788,6 +795,7 @@ class Engine:
             cur = _current.get()
             if cur is not None and not cur._child.done:
                 cb.within = cur._child.p
+                b.parent = cur._child
         b.cbatch = cb
         b.keep = keep
         return b
@@ -904,6 +912,12 @@ class Engine:
         # delegate() inside a child of an inline run).
         t = threading.Thread(target=run, name="fanout-inline")
         self._threads.add(t)
+        # fanout_run reads b.parent's pending child (within) on the run's
+        # thread, maybe after the awaiting coroutine was cancelled and the
+        # child ended: its completion, which releases p, waits for the run
+        # to return (_complete, _inline_done), as a C child's would.
+        if b.parent is not None:
+            b.parent.runs += 1
         t.start()
         try:
             rc, ev = await asyncio.shield(b.fut)
@@ -939,6 +953,12 @@ class Engine:
             ev = Event(evp[0])
             self._events.add(ev)
         b.fut.set_result((rc, ev))
+        par = b.parent
+        if par is not None:
+            par.runs -= 1
+            if not par.runs and par.held is not None:
+                held, par.held = par.held, None
+                par.engine._complete(par, *held)
 
     def _cancel(self, id, interrupt, abandon):
         if self._e is None:
@@ -1157,6 +1177,12 @@ class Engine:
         fanout_complete() accepts (a valid code, texts of at most 16 MiB,
         a finite cost), so the child always finishes."""
         if c.done:
+            return
+        if c.runs:  # fanout_run may still read c.p: _inline_done calls again
+            if c.held is None:
+                c.held = (code, summary, error)
+                if _test_point is not None:
+                    _test_point("complete_held", c)
             return
         o = ffi.new("struct fanout_outcome *")
         code = _outcome_code(code)

@@ -820,6 +820,58 @@ class TestRaces(Base):
         self.assertEqual(eng.orphan_events, 0)
 
 
+    async def test_an_inline_run_never_gets_a_completed_parent(self):
+        # delegate() inside a child at a full pool runs inline, with the
+        # child's pending child as fanout_batch.within.  The child is
+        # interrupted and its coroutine ends before the run's thread is in
+        # fanout_run: the loop completed the child (releasing p) and
+        # fanout_run then read p - completed, so the run was refused
+        # (-ECANCELED), or freed.  Now the child's completion waits for
+        # the run, which runs in the child's cancel tree.
+        eng = await self.engine(max_async=2)
+        hold = fanout.Counter()
+        self.addCleanup(hold.stop)
+        blocker = eng.dispatch([fanout.Task("pool", fanout.builtin("tick"),
+                                            hold)])
+        at_run = threading.Event()
+        go = threading.Event()
+        self.addCleanup(go.set)
+        parent_ended = asyncio.Event()
+        runs = []
+
+        def tp(name, obj):
+            if name == "inline_run":
+                runs.append(obj)
+                at_run.set()
+                go.wait(LONG)
+            elif name in ("completed", "complete_held") and \
+                    obj.batch.tasks[obj.index].goal == "parent":
+                parent_ended.set()
+
+        self.set_test_point(tp)
+        c = fanout.Counter()
+        self.addCleanup(c.stop)
+
+        async def parent():
+            await eng.delegate([fanout.Task("c", fanout.builtin("tick"), c)])
+            return "not interrupted"
+
+        ph = eng.dispatch([fanout.Task("parent", parent)])
+        await self.wait_thread_event(at_run)
+        ph.cancel()  # interrupts the parent: its coroutine is cancelled
+        await asyncio.wait_for(parent_ended.wait(), LONG)
+        go.set()
+        rc, ev = await asyncio.wait_for(asyncio.shield(runs[0].fut), LONG)
+        self.assertEqual(rc, 0)
+        self.assertEqual(ev.status, "interrupted")
+        pev = await asyncio.wait_for(ph, LONG)
+        self.assertEqual(pev.results[0].status, "interrupted")
+        self.assertEqual(eng.stats()["python_children_running"], 0)
+        hold.stop()
+        await asyncio.wait_for(blocker, LONG)
+        self.assertClean(eng)
+
+
 class TestWakeups(Base):
     async def test_more_starts_than_one_take_holds(self):
         # 20 x 100 children defer at once: more than pyfo_take() returns
