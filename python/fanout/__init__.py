@@ -36,6 +36,7 @@ import contextvars
 import errno as _errno
 import inspect
 import math
+import operator
 import os
 import sys
 import threading
@@ -576,6 +577,14 @@ class Engine:
                          spin_ns=spin_ns)
         self._pin = pin
         self._on_demand = bool(runners_on_demand)
+        # Checked here: the pool is made at the first plain-function child,
+        # on the loop, where a refusal would strand that child.
+        if threads is not None:
+            if isinstance(threads, bool):
+                raise TypeError("threads must be an int")
+            threads = operator.index(threads)
+            if threads < 1:
+                raise ValueError(f"threads must be >= 1, not {threads}")
         self._nthreads = threads
         self._e = None
         self._glue = None

@@ -1114,6 +1114,19 @@ class TestApi(Base):
             eng.dispatch([fanout.Task("x", sleeper, 0)], deadline=-1)
         self.assertEqual(eng.stats()["dispatched"], 0)
 
+    async def test_a_bad_thread_pool_size_is_refused_at_once(self):
+        # threads=0 (or "8") was accepted, and the pool, made at the first
+        # plain-function child, raised inside the loop's reader: that
+        # child never completed and its delegation never ended.
+        for bad, exc in ((0, ValueError), (-1, ValueError),
+                         ("8", TypeError), (True, TypeError)):
+            with self.assertRaises(exc):
+                fanout.Engine(threads=bad)
+        eng = await self.engine(threads=1)
+        ev = await asyncio.wait_for(
+            eng.gather([fanout.Task("p", lambda: "ok")]), LONG)
+        self.assertEqual(ev.results[0].summary, "ok")
+
 
 if __name__ == "__main__":
     unittest.main()
