@@ -35,6 +35,7 @@ import concurrent.futures
 import contextvars
 import errno as _errno
 import inspect
+import itertools
 import math
 import operator
 import os
@@ -591,7 +592,11 @@ class Engine:
         self._loop = None
         self._batches = {}
         self._children = {}
-        self._next_token = 1
+        # Tokens name batches to the events that come back; next() is one
+        # step under the GIL, so a child's thread that dispatches never
+        # draws the loop's token.
+        self._tokens = itertools.count(1)
+        self._loop_thread = None
         self._sinks = []
         self._default = None
         self._events = weakref.WeakSet()
@@ -616,6 +621,7 @@ class Engine:
         if self._e is not None:
             return self
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         cfg = ffi.new("struct fanout_config *")
         for k, v in self._cfg.items():
             if v is not None:
@@ -726,8 +732,7 @@ class Engine:
     def _make_batch(self, tasks, context, session_key, deadline, join,
                     quorum, sink, inline=False):
         tasks = list(tasks)
-        token = self._next_token
-        self._next_token += 1
+        token = next(self._tokens)
         b = _Batch(token, tasks)
         n = len(tasks)
         ctasks = ffi.new("struct fanout_task[]", max(n, 1))
@@ -839,12 +844,22 @@ class Engine:
                              quorum, sink)
         idp = ffi.new("fanout_id *")
         b.awaited = _awaited
+        # The future exists before the event can: called on a child's
+        # thread, the loop may read the event before fanout_dispatch has
+        # returned here.
+        b.fut = self._loop.create_future()
         self._batches[b.token] = b
         rc = lib.fanout_dispatch(self._e, b.cbatch, idp)
         if rc:
             del self._batches[b.token]
+            # No event will come; aclose() may be waiting for it already.
+            if threading.get_ident() == self._loop_thread:
+                b.fut.cancel()
+            else:
+                self._loop.call_soon_threadsafe(b.fut.cancel)
             raise _error(rc, self)
-        b.fut = self._loop.create_future()
+        if _test_point is not None:
+            _test_point("dispatched", b)
         return Handle(self, idp[0], b.fut)
 
     async def gather(self, tasks, context=None, session_key=None,
@@ -1084,6 +1099,8 @@ class Engine:
             ev = Event(cev)
             self._events.add(ev)
             b = self._batches.pop(token, None)
+            if _test_point is not None:
+                _test_point("event", b)
             if b is None or b.fut is None:
                 self.orphan_events += 1
             elif b.fut.done():

@@ -872,6 +872,38 @@ class TestRaces(Base):
         self.assertClean(eng)
 
 
+    async def test_dispatch_from_a_childs_thread_keeps_its_event(self):
+        # A plain-function child dispatches from its thread.  The loop
+        # read the event before dispatch() had made the handle's future
+        # (it did so after fanout_dispatch returned): an orphan event, and
+        # a handle that never resolved.
+        eng = await self.engine()
+        drained = threading.Event()
+        handles = []
+
+        def tp(name, obj):
+            if name == "dispatched" and \
+                    threading.current_thread().name.startswith("fanout-py"):
+                drained.wait(LONG)  # until the loop has read the event
+            elif name == "event":
+                drained.set()
+
+        self.set_test_point(tp)
+
+        def work():
+            handles.append(eng.dispatch(
+                [fanout.Task("n", fanout.builtin("noop"))]))
+            return "dispatched"
+
+        ev = await asyncio.wait_for(
+            eng.gather([fanout.Task("p", work)]), LONG)
+        self.assertEqual(ev.results[0].summary, "dispatched")
+        inner = await asyncio.wait_for(handles[0], LONG)
+        self.assertEqual(inner.status, "completed")
+        self.assertEqual(inner.id, handles[0].id)
+        self.assertClean(eng)
+
+
 class TestWakeups(Base):
     async def test_more_starts_than_one_take_holds(self):
         # 20 x 100 children defer at once: more than pyfo_take() returns
