@@ -849,7 +849,21 @@ class Engine:
         # returned here.
         b.fut = self._loop.create_future()
         self._batches[b.token] = b
-        rc = lib.fanout_dispatch(self._e, b.cbatch, idp)
+        par = b.parent
+        if par is None:
+            rc = lib.fanout_dispatch(self._e, b.cbatch, idp)
+        else:
+            # within is par's pending child, which the loop's _complete may
+            # release meanwhile when this runs on another thread (a thread
+            # the child started with its context): hold par.lock, as
+            # ChildContext.interrupted does, and hang from nothing if par
+            # ended first (as _make_batch does for a child already done).
+            with par.lock:
+                if par.done:
+                    b.cbatch.within = ffi.NULL
+                if _test_point is not None:
+                    _test_point("dispatching", b)
+                rc = lib.fanout_dispatch(self._e, b.cbatch, idp)
         if rc:
             del self._batches[b.token]
             # No event will come; aclose() may be waiting for it already.

@@ -904,6 +904,57 @@ class TestRaces(Base):
         self.assertClean(eng)
 
 
+    async def test_dispatch_within_a_child_ending_meanwhile(self):
+        # A thread that an async child started with its context calls
+        # dispatch(): the batch names the child's pending child (within),
+        # and the loop completes the child before fanout_dispatch reads
+        # it.  fanout_dispatch read a completed (or freed) pending child
+        # and refused: OSError(ECANCELED).  Now the completion waits for
+        # the dispatch, which joins the child's tree.
+        eng = await self.engine()
+        at_dispatch = threading.Event()
+        go = threading.Event()
+        self.addCleanup(go.set)
+        out = []
+        reader = None
+
+        def tp(name, obj):
+            if name == "dispatching" and \
+                    threading.current_thread() is reader:
+                at_dispatch.set()
+                go.wait(LONG)
+            elif name in ("complete_waits", "completed") and \
+                    at_dispatch.is_set():
+                go.set()
+
+        self.set_test_point(tp)
+
+        def fan_out():
+            try:
+                out.append(eng.dispatch(
+                    [fanout.Task("n", fanout.builtin("noop"))]))
+            except OSError as e:
+                out.append(e)
+
+        async def child():
+            nonlocal reader
+            reader = threading.Thread(
+                target=contextvars.copy_context().run, args=(fan_out,))
+            reader.start()
+            await self.wait_thread_event(at_dispatch)
+            return "done"
+
+        ev = await asyncio.wait_for(
+            eng.gather([fanout.Task("c", child)]), LONG)
+        reader.join(LONG)
+        self.assertEqual(ev.results[0].status, "completed")
+        self.assertIsInstance(out[0], fanout.Handle, out[0])
+        inner = await asyncio.wait_for(out[0], LONG)
+        self.assertEqual(inner.status, "completed")
+        self.assertEqual(eng.lookup(inner.id).depth, 2)
+        self.assertClean(eng)
+
+
 class TestWakeups(Base):
     async def test_more_starts_than_one_take_holds(self):
         # 20 x 100 children defer at once: more than pyfo_take() returns
