@@ -1179,13 +1179,18 @@ class Engine:
             task.add_done_callback(
                 lambda task, c=c: self._coro_done(task, c))
         else:
-            if self._executor is None:
-                self._executor = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=self._nthreads,
-                    thread_name_prefix="fanout-py")
-            ctx = contextvars.copy_context()
-            fut = self._executor.submit(ctx.run, _run_thread, c)
-            c.task = fut
+            try:
+                if self._executor is None:
+                    self._executor = concurrent.futures.ThreadPoolExecutor(
+                        max_workers=self._nthreads,
+                        thread_name_prefix="fanout-py")
+                ctx = contextvars.copy_context()
+                c.task = self._executor.submit(ctx.run, _run_thread, c)
+            except Exception as e:  # noqa: B902 - reported as the error
+                # The pool refused (the interpreter is shutting down, no
+                # thread could be started): the child must still end, and
+                # this reader must go on with the other starts it took.
+                self._complete(c, -_errno.EAGAIN, None, _exc_text(e))
 
     def _interrupt(self, c):
         c.interrupted = True

@@ -607,6 +607,41 @@ class TestLifetime(unittest.IsolatedAsyncioTestCase):
         self.assertIn("closed", p.stdout)
         self.assertNotIn("completed", p.stdout)
 
+    def test_a_plain_child_the_pool_refuses_still_ends(self):
+        # The loop runs on a thread of its own and the main thread has
+        # ended: the interpreter is shutting down and ThreadPoolExecutor
+        # refuses new work.  The refusal escaped the loop's reader: the
+        # child never completed, its delegation never ended, and neither
+        # did aclose() or the process.  Now the child is an error.
+        script = """if True:
+            import asyncio, json, threading, fanout
+
+            started = threading.Event()
+
+            def loop_thread():
+                async def main():
+                    async with fanout.Engine(workers=2, pin=False) as eng:
+                        started.set()
+                        while threading.main_thread().is_alive():
+                            await asyncio.sleep(0.001)
+                        ev = await eng.gather(
+                            [fanout.Task("p", lambda: "ran"),
+                             fanout.Task("a", asyncio.sleep, 0, "async")])
+                        print(json.dumps([[r.status, r.summary, r.error]
+                                          for r in ev.results]))
+                asyncio.run(main())
+
+            threading.Thread(target=loop_thread).start()
+            started.wait()
+        """
+        p = subprocess.run([sys.executable, "-c", script], timeout=LONG,
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        (st, summary, err), async_result = json.loads(p.stdout)
+        self.assertEqual((st, summary), ("error", None))
+        self.assertTrue(err.startswith("RuntimeError"), err)
+        self.assertEqual(async_result, ["completed", "async", None])
+
     async def test_events_end_after_aclose(self):
         eng = fanout.Engine(workers=2, pin=False)
         await eng.__aenter__()
