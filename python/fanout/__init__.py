@@ -956,7 +956,14 @@ class Engine:
         # to return (_complete, _inline_done), as a C child's would.
         if b.parent is not None:
             b.parent.runs += 1
-        t.start()
+        try:
+            t.start()
+        except BaseException:  # noqa: B902 - no thread: nothing runs
+            self._threads.discard(t)
+            self._batches.pop(b.token, None)
+            b.fut.cancel()  # aclose() may be waiting for it
+            self._release_parent(b)
+            raise
         try:
             rc, ev = await asyncio.shield(b.fut)
         except asyncio.CancelledError:
@@ -991,6 +998,11 @@ class Engine:
             ev = Event(evp[0])
             self._events.add(ev)
         b.fut.set_result((rc, ev))
+        self._release_parent(b)
+
+    @staticmethod
+    def _release_parent(b):
+        """The inline run b is over: the child it hangs from may end."""
         par = b.parent
         if par is not None:
             par.runs -= 1

@@ -535,6 +535,42 @@ class TestCapacity(Base):
         self.assertClean(eng)
 
 
+    async def test_an_inline_run_without_a_thread_leaves_nothing(self):
+        # The inline run's thread cannot start (a 1 TiB stack: "can't
+        # start new thread").  delegate() raises; the batch stayed in the
+        # engine with a future that never resolved, so aclose() waited
+        # for it for ever.
+        probe = threading.Thread(target=lambda: None)
+        old = threading.stack_size(1 << 40)
+        try:
+            try:
+                probe.start()
+            except RuntimeError:
+                pass
+            else:
+                probe.join()
+                self.skipTest("this host maps a 1 TiB thread stack")
+        finally:
+            threading.stack_size(old)
+        eng = fanout.Engine(workers=2, pin=False, max_async=1)
+        eng.open()
+        hold = fanout.Counter()
+        self.addCleanup(hold.stop)
+        blocker = eng.dispatch([fanout.Task("pool", fanout.builtin("tick"),
+                                            hold)])
+        old = threading.stack_size(1 << 40)
+        try:
+            with self.assertRaises(RuntimeError):
+                await eng.delegate([fanout.Task("n", fanout.builtin("noop"))])
+        finally:
+            threading.stack_size(old)
+        hold.stop()
+        self.assertEqual((await asyncio.wait_for(blocker, LONG)).status,
+                         "completed")
+        await asyncio.wait_for(eng.aclose(), LONG)
+        self.assertIsNone(eng._e)
+
+
 class TestLifetime(unittest.IsolatedAsyncioTestCase):
     async def test_aexit_delivers_or_cancels_everything_it_accepted(self):
         started = []
