@@ -554,6 +554,7 @@ class TestCapacity(Base):
             threading.stack_size(old)
         eng = fanout.Engine(workers=2, pin=False, max_async=1)
         eng.open()
+        self.addAsyncCleanup(eng.aclose)
         hold = fanout.Counter()
         self.addCleanup(hold.stop)
         blocker = eng.dispatch([fanout.Task("pool", fanout.builtin("tick"),
@@ -866,6 +867,7 @@ class TestRaces(Base):
         # the handle never resolved.  Now the close goes on.
         eng = fanout.Engine(workers=2, pin=False)
         eng.open()
+        self.addAsyncCleanup(eng.aclose)
         c = fanout.Counter()
         self.addCleanup(c.stop)
         h = eng.dispatch([fanout.Task("t", fanout.builtin("tick"), c)])
