@@ -147,7 +147,7 @@ struct pyfo_start { struct fanout_pending *p; uint64_t token; fanout_id id;
                     unsigned index; };
 struct pyfo_glue *pyfo_glue_new(void);
 int pyfo_glue_fd(struct pyfo_glue *g);
-void pyfo_glue_free(struct pyfo_glue *g);
+size_t pyfo_glue_free(struct pyfo_glue *g);
 int pyfo_take(struct pyfo_glue *g, struct pyfo_start *starts,
               size_t *nstarts, struct pyfo_start *cancels, size_t *ncancels,
               size_t cap);

@@ -608,6 +608,9 @@ class Engine:
         self._tasks_running = set()
         self.orphan_events = 0   # events no handle waited for (never, we hope)
         self.duplicate_events = 0
+        # Start notes of abandoned children that came after the close's
+        # last read; released at close (see pyfo_glue_free).
+        self.late_starts = 0
 
     # -- lifetime
     async def __aenter__(self):
@@ -717,7 +720,7 @@ class Engine:
             t.join()  # each has handed its result back: it is returning
         self._threads.clear()
         lib.fanout_destroy(self._e)
-        lib.pyfo_glue_free(self._glue)
+        self.late_starts += lib.pyfo_glue_free(self._glue)
         self._e = None
         self._glue = None
         self._close_task = None

@@ -124,17 +124,48 @@ static void free_list(struct pyfo_node *n)
 	}
 }
 
-/* After fanout_destroy(): no thread can push any more. */
-void pyfo_glue_free(struct pyfo_glue *g)
+/* Free start notes nobody took, releasing each pending child: every
+ * fanout_defer() needs its one fanout_complete() (which releases p unless
+ * it says -EINVAL, for a bad outcome).  Returns how many it released. */
+static size_t release_starts(struct pyfo_node *n)
 {
+	size_t k = 0;
+
+	while (n) {
+		struct pyfo_node *next = n->next;
+#if PYFO_HAVE_DEFER
+		struct fanout_outcome o = {.code = -ECANCELED};
+
+		k += fanout_complete(n->p, &o) != -EINVAL;
+#endif
+		free(n);
+		n = next;
+	}
+	return k;
+}
+
+/*
+ * After fanout_destroy(): no thread can push any more.  A start note may
+ * still be here: a worker's fanout_defer() that found its delegation
+ * abandoned (by the close) publishes the event before the note is pushed,
+ * so the loop can take the event, finish closing and stop reading notes
+ * first.  Its pending child was finished by the library (abandoned, or by
+ * the shutdown in fanout_destroy), so fanout_complete() only releases it.
+ * Returns the number of pending children it released.
+ */
+size_t pyfo_glue_free(struct pyfo_glue *g)
+{
+	size_t n;
+
 	if (!g)
-		return;
-	free_list(atomic_exchange(&g->starts, NULL));
+		return 0;
+	n = release_starts(g->start_left) +
+	    release_starts(atomic_exchange(&g->starts, NULL));
 	free_list(atomic_exchange(&g->cancels, NULL));
-	free_list(g->start_left);
 	free_list(g->cancel_left);
 	close(g->efd);
 	free(g);
+	return n;
 }
 
 #if PYFO_HAVE_DEFER

@@ -1028,6 +1028,39 @@ class TestRaces(Base):
         self.assertClean(eng)
 
 
+    async def test_a_start_note_left_at_close_is_released(self):
+        # A worker's fanout_defer() that finds its delegation abandoned
+        # publishes the event before it pushes the start note, so the
+        # close can take the event, finish and stop reading notes first.
+        # The note was freed with the glue and its pending child never
+        # released (every fanout_defer needs one fanout_complete).  Here
+        # a delegation the close did not see defers a Python child after
+        # the close's last look, as such a worker would.
+        import select
+        from fanout._fanout import ffi, lib
+        eng = fanout.Engine(workers=2, pin=False)
+        eng.open()
+        self.addAsyncCleanup(eng.aclose)
+        glue_fd = lib.pyfo_glue_fd(eng._glue)
+        keep = []
+
+        def tp(name, obj):
+            if name == "aclose_waits" and obj is eng:
+                b = eng._make_batch([fanout.Task("late", sleeper, 0)],
+                                    None, None, None, "all", None, None)
+                keep.append(b)
+                rc = lib.fanout_dispatch(eng._e, b.cbatch,
+                                         ffi.new("fanout_id *"))
+                self.assertEqual(rc, 0)
+                r, _, _ = select.select([glue_fd], [], [], LONG)
+                self.assertEqual(r, [glue_fd])  # the note is pushed
+
+        self.set_test_point(tp)
+        await asyncio.wait_for(eng.aclose(), LONG)
+        self.assertEqual(len(keep), 1)
+        self.assertEqual(eng.late_starts, 1)
+
+
 class TestWakeups(Base):
     async def test_more_starts_than_one_take_holds(self):
         # 20 x 100 children defer at once: more than pyfo_take() returns
