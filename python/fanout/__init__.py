@@ -34,6 +34,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import errno as _errno
+import functools
 import inspect
 import itertools
 import math
@@ -212,6 +213,18 @@ class Counter:
         return self._mem
 
 
+def _is_async(fn):
+    """fn(...) gives a coroutine: an `async def`, a functools.partial of
+    one (at any depth), or an object whose __call__ is an `async def`."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.iscoroutinefunction(fn):
+        return True
+    if inspect.isroutine(fn) or isinstance(fn, type):
+        return False
+    return inspect.iscoroutinefunction(getattr(type(fn), "__call__", None))
+
+
 class Task:
     """One child: Task(goal, fn, *args).
 
@@ -232,8 +245,7 @@ class Task:
             if len(args) > 1:
                 raise TypeError("a C child takes at most one argument")
             self.kind = "c"
-        elif inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-                getattr(fn, "func", None)):
+        elif _is_async(fn):
             self.kind = "async"
         elif callable(fn):
             self.kind = "thread"

@@ -120,6 +120,32 @@ class TestEvents(Base):
         self.assertEqual(ev.cost, 4)
         self.assertTrue(all(n.startswith("fanout-py") for n in names), names)
 
+    async def test_every_kind_of_async_callable_is_awaited(self):
+        # An object whose __call__ is an async def was taken for a plain
+        # function: the thread got a coroutine back, never awaited (no
+        # cancel could reach it), and the child "completed" with
+        # "<coroutine object ...>".
+        import functools
+        eng = await self.engine()
+
+        class Agent:
+            async def __call__(self, x):
+                await asyncio.sleep(0)
+                return f"agent {x}"
+
+        async def twice(a, b):
+            return f"{a}{b}"
+
+        tasks = [fanout.Task("obj", Agent(), 1),
+                 fanout.Task("pp", functools.partial(
+                     functools.partial(twice, "x"), "y")),
+                 fanout.Task("plain", lambda: "plain")]
+        self.assertEqual([t.kind for t in tasks],
+                         ["async", "async", "thread"])
+        ev = await asyncio.wait_for(eng.gather(tasks), LONG)
+        self.assertEqual([r.summary for r in ev.results],
+                         ["agent 1", "xy", "plain"])
+
     async def test_exceptions_become_error_results_with_their_text(self):
         eng = await self.engine()
 
