@@ -1331,6 +1331,16 @@ def _result(r):
     summary; if str() raises, the child is an error naming both types."""
     if r is None:
         return (0, None, None)
+    if inspect.iscoroutine(r):
+        # Work the child only started: nobody will await it (nor cancel
+        # it), and its text is no result.  Close it (it never ran: nothing
+        # runs, and no "never awaited" warning) and say so.
+        name = getattr(r, "__qualname__", type(r).__name__)
+        r.close()
+        return (-_errno.EIO, None,
+                f"TypeError: the child returned the coroutine {name}() "
+                f"without awaiting it (make its fn an async def, or await "
+                f"it)")
     try:
         s = str(r)
         if type(s) is not str:

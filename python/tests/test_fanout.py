@@ -146,6 +146,22 @@ class TestEvents(Base):
         self.assertEqual([r.summary for r in ev.results],
                          ["agent 1", "xy", "plain"])
 
+    async def test_a_coroutine_returned_unawaited_is_an_error(self):
+        # Task("x", lambda: fetch(url)) with fetch an async def: the
+        # thread returned the coroutine, which nobody awaited or could
+        # cancel, and the child "completed" with "<coroutine object ...>".
+        eng = await self.engine()
+
+        async def returns_one():
+            return sleeper(0, "inner")
+
+        ev = await asyncio.wait_for(eng.gather([
+            fanout.Task("lam", lambda: sleeper(0, "x")),
+            fanout.Task("async", returns_one)]), LONG)
+        for r in ev.results:
+            self.assertEqual(r.status, "error", r)
+            self.assertIn("returned the coroutine sleeper()", r.error)
+
     async def test_exceptions_become_error_results_with_their_text(self):
         eng = await self.engine()
 
