@@ -3,7 +3,7 @@
  * fanout-worker - run remote children of one kind with a shell command.
  *
  *   fanout-worker --kind K --exec CMD [--url URL] [--concurrency N]
- *                 [--ack-wait-ms MS] [--max-deliver N]
+ *                 [--ack-wait-ms MS] [--max-deliver N] [--max-held N]
  *
  * Per child: `sh -c CMD` with the payload on stdin and FANOUT_KEY,
  * FANOUT_DELIVERY in its environment; its stdout becomes the summary,
@@ -167,10 +167,10 @@ static int run_exec(struct fanout_child *c, void *arg)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: fanout-worker --kind K --exec CMD [--url URL] "
-		"[--concurrency N]\n"
-		"                     [--ack-wait-ms MS] [--max-deliver N]\n");
+	fprintf(f, "usage: fanout-worker --kind K --exec CMD [--url URL] "
+		   "[--concurrency N]\n"
+		   "                     [--ack-wait-ms MS] [--max-deliver N] "
+		   "[--max-held N]\n");
 }
 
 int main(int argc, char **argv)
@@ -182,6 +182,7 @@ int main(int argc, char **argv)
 		{"concurrency", required_argument, NULL, 'c'},
 		{"ack-wait-ms", required_argument, NULL, 'a'},
 		{"max-deliver", required_argument, NULL, 'm'},
+		{"max-held", required_argument, NULL, 'H'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -190,7 +191,7 @@ int main(int argc, char **argv)
 	char *cmd = NULL;
 	int ch, err;
 
-	while ((ch = getopt_long(argc, argv, "k:e:u:c:a:m:h", lo, NULL)) !=
+	while ((ch = getopt_long(argc, argv, "k:e:u:c:a:m:H:h", lo, NULL)) !=
 	       -1) {
 		switch (ch) {
 		case 'k':
@@ -210,6 +211,9 @@ int main(int argc, char **argv)
 			break;
 		case 'm':
 			o.max_deliver = atoi(optarg);
+			break;
+		case 'H':
+			o.max_held = (unsigned)atoi(optarg);
 			break;
 		case 'h':
 			usage(stdout);

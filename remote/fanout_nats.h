@@ -270,6 +270,18 @@ struct fanout_nats_job {
  *               another worker and its outcome is not sent; one that
  *               completes anyway has its outcome sent.  A child the
  *               dispatcher cancelled has its outcome sent either way.
+ *               Children that reached a busy worker (@max_held) are
+ *               handed back at once, and so is any that reaches it
+ *               during the stop.
+ * @max_held:    messages a busy worker keeps (default @concurrency).  A
+ *               message can reach a worker whose slots are all running
+ *               (one of its pull requests, whose wait had ended here, was
+ *               still open at the server); it is kept alive with
+ *               InProgress and started first when a slot frees.  Beyond
+ *               @max_held each is handed back (Nak with a delay of 250
+ *               ms, so that no request of this worker still open at the
+ *               server takes it again) for an idle worker to run.  Each
+ *               hand-back counts as a delivery against MaxDeliver.
  */
 struct fanout_nats_serve_opts {
 	const char *url;
@@ -282,6 +294,7 @@ struct fanout_nats_serve_opts {
 	int max_deliver;
 	int progress_ms;
 	volatile sig_atomic_t *stop;
+	unsigned max_held;
 };
 
 /**

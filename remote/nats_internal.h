@@ -102,6 +102,11 @@ FANOUT_NATS_HIDDEN int fnats_pull_queued(struct fnats_puller *p, natsMsg **msg);
 #define FNATS_NAK "-NAK"
 #define FNATS_WPI "+WPI"
 #define FNATS_TERM "+TERM"
+/* A Nak redelivered no sooner than 250 ms later (nats-server 2.7.1 and
+ * later; the body libnats' natsMsg_NakWithDelay sends): long enough for
+ * the worker's own pull requests still open at the server (an idle wait
+ * is 100 ms) to expire, so another worker's request takes it. */
+#define FNATS_NAK_DELAYED "-NAK {\"delay\":250000000}"
 FANOUT_NATS_HIDDEN int fnats_ack(natsConnection *nc, natsMsg *msg,
 				 const char *how);
 /* Which delivery of its message @msg is (1 = the first), from its

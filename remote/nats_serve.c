@@ -22,7 +22,18 @@
  * run here too once a slot frees (the child run twice).  So a busy
  * worker reads its inbox without asking for more, keeps what it finds
  * (held) alive with InProgress like a running child, starts it first
- * when a slot frees, and hands it back (Nak) when it stops.
+ * when a slot frees, and hands it back (Nak) when it stops.  It holds at
+ * most max_held (default: its concurrency): more would wait for a second
+ * round of slots while an idle worker could run them, and nothing else
+ * bounds how many a slow server's late replies bring.  Beyond that each
+ * is handed back at once, with a delay (FNATS_NAK_DELAYED) so that a
+ * request of ours still open at the server does not take it again.
+ *
+ * Stopping, it hands back what it holds and what reaches its inbox until
+ * the last of its pull requests has expired at the server: a message
+ * that came after the first look (a request of an idle worker still open
+ * for up to 100 ms) was otherwise left unread, and went to another
+ * worker only after AckWait.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -67,6 +78,7 @@ struct server {
 	struct job head; /* running, a ring */
 	unsigned running;
 	struct held *held, **held_tail; /* FIFO, see the top */
+	unsigned nheld, max_held;
 	bool stopping;
 	char ring[CANCEL_RING][FNATS_KEY_MAX]; /* recent cancel notices */
 	unsigned ring_next;
@@ -375,14 +387,22 @@ static void progress(struct server *sv)
 		fnats_ack(sv->nc, h->msg, FNATS_WPI);
 }
 
-/* Busy: keep what came to the inbox anyway (see the top). */
+/* Busy: keep what came to the inbox anyway, up to max_held (see the
+ * top). */
 static void hold_queued(struct server *sv)
 {
 	natsMsg *m = NULL;
 
 	while (fnats_pull_queued(&sv->pull, &m) == 0) {
-		struct held *h = malloc(sizeof(*h));
+		struct held *h;
 
+		if (sv->nheld >= sv->max_held) {
+			/* an idle worker takes it; not one of our requests */
+			fnats_ack(sv->nc, m, FNATS_NAK_DELAYED);
+			natsMsg_Destroy(m);
+			continue;
+		}
+		h = malloc(sizeof(*h));
 		if (!h) {
 			/* another worker may take it */
 			nak_drop(sv, m);
@@ -392,6 +412,7 @@ static void hold_queued(struct server *sv)
 		h->next = NULL;
 		*sv->held_tail = h;
 		sv->held_tail = &h->next;
+		sv->nheld++;
 	}
 }
 
@@ -405,9 +426,27 @@ static natsMsg *unhold(struct server *sv)
 	sv->held = h->next;
 	if (!sv->held)
 		sv->held_tail = &sv->held;
+	sv->nheld--;
 	m = h->msg;
 	free(h);
 	return m;
+}
+
+/* How long a stopping worker reads its inbox after its last request's
+ * wait ended here: the server's end of it starts later, by the network
+ * delay. */
+#define STOP_DRAIN_MS 200
+
+/* Stopping: hand back (Nak, no delay: another worker may run it now)
+ * what is held and what is in the inbox. */
+static void hand_back_unstarted(struct server *sv)
+{
+	natsMsg *m = NULL;
+
+	while ((m = unhold(sv)))
+		nak_drop(sv, m);
+	while (fnats_pull_queued(&sv->pull, &m) == 0)
+		nak_drop(sv, m);
 }
 
 static int setup(struct server *sv, unsigned *conc)
@@ -536,6 +575,7 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 	err = setup(sv, &conc);
 	if (err)
 		goto out;
+	sv->max_held = o->max_held ? o->max_held : conc;
 	progress_ms = o->progress_ms > 0 ? o->progress_ms :
 		      o->ack_wait_ms > 0 ? o->ack_wait_ms / 3 :
 					   10000;
@@ -563,22 +603,33 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 	sv->stopping = true;
 	/* Read but never started: give them back at once, not after
 	 * AckWait. */
-	{
-		natsMsg *m;
-
-		hold_queued(sv);
-		while ((m = unhold(sv))) {
-			nak_drop(sv, m);
-		}
-	}
+	hand_back_unstarted(sv);
 	{
 		struct job *j;
 
 		for (j = sv->head.next; j != &sv->head; j = j->next)
 			fanout_cancel(sv->e, j->id, FANOUT_CANCEL_INTERRUPT);
 	}
-	while (sv->running)
+	while (sv->running) {
+		hand_back_unstarted(sv);
 		reap(sv, 100);
+	}
+	/* Until the last request we sent has expired at the server, what it
+	 * brings is handed back too (see the top). */
+	{
+		uint64_t now = fnats_now_ms();
+		uint64_t until =
+			(sv->pull.asked && sv->pull.open_until_ms > now ?
+				 sv->pull.open_until_ms :
+				 now) +
+			STOP_DRAIN_MS;
+
+		do {
+			hand_back_unstarted(sv);
+			usleep(10000);
+		} while (fnats_now_ms() < until);
+		hand_back_unstarted(sv);
+	}
 	/* Outcomes on their way: give them a moment to be stored. */
 	{
 		uint64_t t0 = fnats_now_ms();

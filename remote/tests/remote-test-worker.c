@@ -12,10 +12,15 @@
  *                      then fails with -EIO, as a handler whose command
  *                      was killed by the worker's stop; later deliveries:
  *                      as echo
+ *   "linger:PATH:TEXT" first delivery: waits (up to 60 s) for an
+ *                      interrupt, then (up to 60 s) for PATH to exist, then
+ *                      returns -ECANCELED, as a handler slow to stop;
+ *                      later deliveries: as echo
  *   "noop"             completed, nothing else
  *
  *   remote-test-worker --url URL --kind K [--concurrency N]
- *                      [--ack-wait-ms MS] [--max-deliver N] [--log FILE]
+ *                      [--ack-wait-ms MS] [--max-deliver N] [--max-held N]
+ *                      [--log FILE]
  *
  * With --log, one line per event, flushed at once: "S key delivery" when
  * a child starts, "D key" when its handler returns, "C key" when it saw
@@ -110,6 +115,33 @@ static int handler(struct fanout_child *c, void *arg)
 		logline("C", job->key, job->delivery);
 		fanout_set_error(c, "stopped mid-run");
 		rc = -EIO;
+	} else if (!strncmp(buf, "linger:", 7)) {
+		char *path = buf + 7;
+		struct timespec t0, now;
+
+		text = strchr(path, ':');
+		if (!text) {
+			fanout_set_error(c, "linger:PATH:TEXT");
+			return -EINVAL;
+		}
+		*text++ = '\0';
+		if (job->delivery > 1) {
+			fanout_set_summary(c, text, strlen(text));
+			logline("D", job->key, job->delivery);
+			return 0;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		do {
+			usleep(5000);
+			clock_gettime(CLOCK_MONOTONIC, &now);
+		} while (!fanout_interrupted(c) && now.tv_sec - t0.tv_sec < 60);
+		logline("C", job->key, job->delivery);
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		do {
+			usleep(5000);
+			clock_gettime(CLOCK_MONOTONIC, &now);
+		} while (access(path, F_OK) && now.tv_sec - t0.tv_sec < 60);
+		rc = -ECANCELED;
 	} else if (!strcmp(buf, "crash")) {
 		raise(SIGKILL);
 	} else {
@@ -128,6 +160,7 @@ int main(int argc, char **argv)
 		{"concurrency", required_argument, NULL, 'c'},
 		{"ack-wait-ms", required_argument, NULL, 'a'},
 		{"max-deliver", required_argument, NULL, 'm'},
+		{"max-held", required_argument, NULL, 'H'},
 		{"log", required_argument, NULL, 'l'},
 		{NULL, 0, NULL, 0},
 	};
@@ -135,7 +168,8 @@ int main(int argc, char **argv)
 	struct sigaction sa;
 	int ch, err;
 
-	while ((ch = getopt_long(argc, argv, "k:u:c:a:m:l:", lo, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "k:u:c:a:m:H:l:", lo, NULL)) !=
+	       -1) {
 		switch (ch) {
 		case 'k':
 			o.kind = optarg;
@@ -151,6 +185,9 @@ int main(int argc, char **argv)
 			break;
 		case 'm':
 			o.max_deliver = atoi(optarg);
+			break;
+		case 'H':
+			o.max_held = (unsigned)atoi(optarg);
 			break;
 		case 'l':
 			logfp = fopen(optarg, "a");

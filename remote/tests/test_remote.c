@@ -67,10 +67,11 @@ static int open_disp(struct env *v, const char *url, int retry_ms)
 	return fanout_nats_open(url ? url : v->srv.url, &o, &v->n);
 }
 
-static void start_worker(struct env *v, int i, const char *kind, int conc,
-			 int max_deliver)
+/* A remote-test-worker as worker @i; @max_held 0 = the default. */
+static void start_worker_ex(struct env *v, int i, const char *kind, int conc,
+			    int max_deliver, int ack_wait_ms, int max_held)
 {
-	char c[16], m[16];
+	char c[16], m[16], a[16], h[16];
 	char *argv[] = {v->worker,
 			"--url",
 			v->srv.url,
@@ -79,17 +80,27 @@ static void start_worker(struct env *v, int i, const char *kind, int conc,
 			"--concurrency",
 			c,
 			"--ack-wait-ms",
-			"1000",
+			a,
 			"--max-deliver",
 			m,
+			"--max-held",
+			h,
 			"--log",
 			v->log[i],
 			NULL};
 
 	snprintf(c, sizeof(c), "%d", conc);
 	snprintf(m, sizeof(m), "%d", max_deliver);
+	snprintf(a, sizeof(a), "%d", ack_wait_ms);
+	snprintf(h, sizeof(h), "%d", max_held);
 	v->w[i] = h_spawn(argv);
 	assert_true(v->w[i] > 0);
+}
+
+static void start_worker(struct env *v, int i, const char *kind, int conc,
+			 int max_deliver)
+{
+	start_worker_ex(v, i, kind, conc, max_deliver, 1000, 0);
 }
 
 static void env_free(struct env *v)
@@ -772,6 +783,323 @@ static void test_busy_inbox_kept(void **state)
 	env_free(v);
 }
 
+/*
+ * Helpers for the tests that reach into a worker's inbox: the test learns
+ * it from the worker's pull requests (their reply subjects are
+ * <inbox>.<seq>) and opens a request on it itself, as a request of the
+ * worker's still open at the server would deliver.
+ */
+#define NEXT_T "$JS.API.CONSUMER.MSG.NEXT.FANOUT_T.fanout-worker-t"
+/* AckWait for the tests in which only a hand-back (Nak) may move a
+ * child to another worker before the test gives up: 10 minutes. */
+#define LONG_ACK_MS 600000
+
+/* Subscribe to kind t's pull requests; before the worker starts. */
+static natsSubscription *snoop_pulls(natsConnection *nc)
+{
+	natsSubscription *sub = NULL;
+
+	assert_int_equal(natsConnection_SubscribeSync(&sub, nc, NEXT_T),
+			 NATS_OK);
+	assert_int_equal(natsConnection_Flush(nc), NATS_OK);
+	return sub;
+}
+
+/* The inbox of the (only) worker whose requests @sub sees. */
+static void worker_inbox(natsSubscription *sub, char *inbox, size_t cap)
+{
+	natsMsg *m = NULL;
+	char *dot;
+
+	assert_int_equal(natsSubscription_NextMsg(&m, sub, 30000), NATS_OK);
+	assert_non_null(natsMsg_GetReply(m));
+	assert_true(strlen(natsMsg_GetReply(m)) < cap);
+	snprintf(inbox, cap, "%s", natsMsg_GetReply(m));
+	natsMsg_Destroy(m);
+	natsSubscription_Destroy(sub);
+	dot = strrchr(inbox, '.');
+	assert_non_null(dot);
+	*dot = '\0';
+}
+
+/* A pull request for @batch messages on @inbox, open for 60 s. */
+static void forge_pull(natsConnection *nc, const char *inbox, int batch)
+{
+	char reply[300], req[64];
+
+	snprintf(reply, sizeof(reply), "%s.999999", inbox);
+	snprintf(req, sizeof(req), "{\"batch\":%d,\"expires\":60000000000}",
+		 batch);
+	assert_int_equal(
+		natsConnection_PublishRequestString(nc, NEXT_T, reply, req),
+		NATS_OK);
+	assert_int_equal(natsConnection_Flush(nc), NATS_OK);
+}
+
+/* Wait until kind t's consumer has @n messages delivered and unacked. */
+static void wait_ack_pending(jsCtx *js, int n)
+{
+	long t0 = h_now_ms();
+
+	for (;;) {
+		jsConsumerInfo *ci = NULL;
+		int pending = -1;
+
+		if (js_GetConsumerInfo(&ci, js, "FANOUT_T", "fanout-worker-t",
+				       NULL, NULL) == NATS_OK) {
+			pending = (int)ci->NumAckPending;
+			jsConsumerInfo_Destroy(ci);
+		}
+		if (pending == n)
+			return;
+		assert_true(h_now_ms() - t0 < 30000);
+		h_sleep_ms(10);
+	}
+}
+
+/* "S <key> <delivery>" lines of @log: how many, each key at most once. */
+static int started_once_each(const char *log)
+{
+	char line[256], keys[64][96];
+	FILE *f = fopen(log, "r");
+	int n = 0, i;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "S ", 2))
+			continue;
+		assert_true(n < 64);
+		assert_int_equal(sscanf(line, "S %95s", keys[n]), 1);
+		for (i = 0; i < n; i++)
+			assert_string_not_equal(keys[i], keys[n]);
+		n++;
+	}
+	fclose(f);
+	return n;
+}
+
+/*
+ * A busy worker holds at most max_held of the messages that reach its
+ * inbox; it hands back the rest at once, and an idle worker runs them.
+ * Worker 0 (concurrency 1, max_held 1) runs a long child while a request
+ * on its inbox brings it four more; worker 1 starts idle.  The worker
+ * once held all four (kept alive with InProgress), so worker 1 got none
+ * until worker 0's slot freed: the held list had no bound.
+ */
+static void test_busy_inbox_overflow(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl1[] = {"sleep:60000:long"};
+	const char *pl2[] = {"echo:h0", "echo:h1", "echo:h2", "echo:h3"};
+	struct fanout_sink *sink = fanout_default_sink(v->e);
+	struct fanout_nats_stats st;
+	natsConnection *nc = NULL;
+	natsSubscription *sub;
+	jsCtx *js = NULL;
+	char inbox[256];
+	fanout_id long_id, batch_id;
+	bool long_seen = false, batch_seen = false;
+	int i;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
+	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	sub = snoop_pulls(nc);
+	start_worker_ex(v, 0, "t", 1, 5, LONG_ACK_MS, 1);
+	worker_inbox(sub, inbox, sizeof(inbox));
+	long_id = dispatch(v, "t", pl1, 1, 0);
+	assert_true(h_wait_lines(v->log[0], "S ", 1, 30000));
+	/* busy (1 of 1): four children reach its inbox */
+	forge_pull(nc, inbox, 4);
+	batch_id = dispatch(v, "t", pl2, 4, 0);
+	wait_ack_pending(js, 5);
+	start_worker_ex(v, 1, "t", 4, 5, LONG_ACK_MS, 0);
+	/* the three beyond max_held run on worker 1, while worker 0 is
+	 * still busy (AckWait is 10 minutes: only a hand-back moves them) */
+	assert_true(h_wait_lines(v->log[1], "D ", 3, 60000));
+	assert_int_equal(fanout_cancel(v->e, long_id, FANOUT_CANCEL_INTERRUPT),
+			 0);
+	for (i = 0; i < 2; i++) {
+		struct fanout_event *ev = NULL;
+
+		assert_int_equal(fanout_wait(sink, &ev, 60000), 0);
+		if (ev->id == long_id) {
+			assert_false(long_seen);
+			long_seen = true;
+			assert_int_equal(ev->results[0].status,
+					 FANOUT_INTERRUPTED);
+			assert_int_equal(ev->results[0].code, -ECANCELED);
+		} else {
+			assert_true(ev->id == batch_id);
+			assert_false(batch_seen);
+			batch_seen = true;
+			assert_int_equal(ev->ncompleted, 4);
+			assert_string_equal(ev->results[0].summary, "h0");
+			assert_string_equal(ev->results[3].summary, "h3");
+		}
+		fanout_event_free(ev);
+	}
+	{
+		struct fanout_event *ev = NULL;
+
+		assert_int_equal(fanout_wait(sink, &ev, 200), -ETIMEDOUT);
+	}
+	/* the one held ran on worker 0 after the long one (which, cancelled,
+	 * logs no "D"); each child once */
+	assert_true(h_wait_lines(v->log[0], "D ", 1, 30000));
+	assert_int_equal(started_once_each(v->log[0]), 2);
+	assert_int_equal(started_once_each(v->log[1]), 3);
+	fanout_nats_stats(v->n, &st);
+	assert_int_equal(st.results, 5);
+	assert_int_equal(st.duplicates, 0);
+	jsCtx_Destroy(js);
+	natsConnection_Destroy(nc);
+	env_free(v);
+}
+
+/*
+ * A busy worker stopped hands back what it holds (Nak) at once, not
+ * after AckWait: a second worker runs each held child once, and each
+ * delegation has one event.  AckWait is 10 minutes, so nothing but the
+ * hand-back can bring them to worker 1 before the test gives up.
+ */
+static void test_stop_naks_held(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl_long[] = {"stopfail:long"};
+	const char *pl[3][1] = {{"echo:b1"}, {"echo:b2"}, {"echo:b3"}};
+	static const char *const want[4] = {"long", "b1", "b2", "b3"};
+	struct fanout_sink *sink = fanout_default_sink(v->e);
+	struct fanout_nats_stats st;
+	natsConnection *nc = NULL;
+	natsSubscription *sub;
+	jsCtx *js = NULL;
+	char inbox[256];
+	fanout_id ids[4];
+	bool seen[4] = {false};
+	int i, k;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
+	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	sub = snoop_pulls(nc);
+	start_worker_ex(v, 0, "t", 1, 5, LONG_ACK_MS, 8);
+	worker_inbox(sub, inbox, sizeof(inbox));
+	ids[0] = dispatch(v, "t", pl_long, 1, 0);
+	assert_true(h_wait_lines(v->log[0], "S ", 1, 30000));
+	/* busy: three children, one delegation each, reach its inbox */
+	forge_pull(nc, inbox, 3);
+	for (i = 0; i < 3; i++)
+		ids[i + 1] = dispatch(v, "t", pl[i], 1, 0);
+	wait_ack_pending(js, 4);
+	start_worker_ex(v, 1, "t", 4, 5, LONG_ACK_MS, 0);
+	h_kill_wait(v->w[0], SIGTERM);
+	v->w[0] = 0;
+	for (i = 0; i < 4; i++) {
+		struct fanout_event *ev = NULL;
+
+		assert_int_equal(fanout_wait(sink, &ev, 60000), 0);
+		for (k = 0; k < 4 && ids[k] != ev->id; k++)
+			;
+		assert_true(k < 4);
+		assert_false(seen[k]);
+		seen[k] = true;
+		assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+		assert_string_equal(ev->results[0].summary, want[k]);
+		fanout_event_free(ev);
+	}
+	{
+		struct fanout_event *ev = NULL;
+
+		assert_int_equal(fanout_wait(sink, &ev, 200), -ETIMEDOUT);
+	}
+	/* worker 0 ran only the long one; worker 1 each of the four once */
+	assert_int_equal(started_once_each(v->log[0]), 1);
+	assert_int_equal(started_once_each(v->log[1]), 4);
+	fanout_nats_stats(v->n, &st);
+	assert_int_equal(st.results, 4);
+	assert_int_equal(st.duplicates, 0);
+	jsCtx_Destroy(js);
+	natsConnection_Destroy(nc);
+	env_free(v);
+}
+
+/*
+ * A child that reaches a worker's inbox while it is stopping (after its
+ * first look there: a request of its own still open at the server) is
+ * handed back too.  Worker 0's handler is slow to stop; the child comes
+ * meanwhile, through a request on its inbox.  The worker once read its
+ * inbox only at the start of the stop: the child stayed with it, unread,
+ * and another worker got it only after AckWait (10 minutes here).
+ */
+static void test_stop_naks_late(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl_x[] = {"echo:x"};
+	char lingerpl[PATH_MAX + 64], release[PATH_MAX + 16];
+	const char *pl_long[] = {lingerpl};
+	struct fanout_sink *sink = fanout_default_sink(v->e);
+	natsConnection *nc = NULL;
+	natsSubscription *sub;
+	jsCtx *js = NULL;
+	char inbox[256];
+	fanout_id ids[2];
+	bool seen[2] = {false};
+	int i, k, stt;
+	FILE *f;
+
+	(void)state;
+	snprintf(release, sizeof(release), "%s/release", v->srv.dir);
+	snprintf(lingerpl, sizeof(lingerpl), "linger:%s:long", release);
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
+	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	sub = snoop_pulls(nc);
+	start_worker_ex(v, 0, "t", 1, 5, LONG_ACK_MS, 0);
+	worker_inbox(sub, inbox, sizeof(inbox));
+	ids[0] = dispatch(v, "t", pl_long, 1, 0);
+	assert_true(h_wait_lines(v->log[0], "S ", 1, 30000));
+	forge_pull(nc, inbox, 1);
+	/* stopping: its running handler saw the interrupt, lingers */
+	kill(v->w[0], SIGTERM);
+	assert_true(h_wait_lines(v->log[0], "C ", 1, 30000));
+	ids[1] = dispatch(v, "t", pl_x, 1, 0);
+	wait_ack_pending(js, 2);
+	start_worker_ex(v, 1, "t", 2, 5, LONG_ACK_MS, 0);
+	f = fopen(release, "w");
+	assert_non_null(f);
+	fclose(f);
+	assert_int_equal(waitpid(v->w[0], &stt, 0), v->w[0]);
+	v->w[0] = 0;
+	for (i = 0; i < 2; i++) {
+		struct fanout_event *ev = NULL;
+
+		assert_int_equal(fanout_wait(sink, &ev, 60000), 0);
+		for (k = 0; k < 2 && ids[k] != ev->id; k++)
+			;
+		assert_true(k < 2);
+		assert_false(seen[k]);
+		seen[k] = true;
+		assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+		assert_string_equal(ev->results[0].summary,
+				    k == 0 ? "long" : "x");
+		fanout_event_free(ev);
+	}
+	{
+		struct fanout_event *ev = NULL;
+
+		assert_int_equal(fanout_wait(sink, &ev, 200), -ETIMEDOUT);
+	}
+	assert_int_equal(started_once_each(v->log[0]), 1);
+	assert_int_equal(started_once_each(v->log[1]), 2);
+	jsCtx_Destroy(js);
+	natsConnection_Destroy(nc);
+	env_free(v);
+}
+
 static int never_called(struct fanout_child *c, void *arg)
 {
 	(void)c;
@@ -895,6 +1223,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_stop_hands_back_failed,
 					  teardown),
 		cmocka_unit_test_teardown(test_busy_inbox_kept, teardown),
+		cmocka_unit_test_teardown(test_busy_inbox_overflow, teardown),
+		cmocka_unit_test_teardown(test_stop_naks_held, teardown),
+		cmocka_unit_test_teardown(test_stop_naks_late, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
