@@ -796,7 +796,10 @@ int fanout_nats_task(struct fanout_nats *n, const char *kind,
 			k = &n->kinds[i];
 	if (!k)
 		return -ENOENT;
-	if (len + FNATS_HEADER_ROOM > n->max_payload)
+	/* Not len + ROOM > max: a len near SIZE_MAX wrapped the sum, and
+	 * then the record's size. */
+	if (n->max_payload < FNATS_HEADER_ROOM ||
+	    len > n->max_payload - FNATS_HEADER_ROOM)
 		return -EMSGSIZE;
 	if (natsConnection_Status(n->nc) != NATS_CONN_STATUS_CONNECTED)
 		return -ENOTCONN;

@@ -1149,6 +1149,12 @@ static void test_bad_input(void **state)
 	assert_int_equal(fanout_nats_task(v->n, "t", big, 2 << 20, NULL, &t[0]),
 			 -EMSGSIZE);
 	free(big);
+	/* a length whose sum with the header room wraps: once passed the
+	 * size check, then failed -ENOMEM (or, wrapping the record's size
+	 * too, copied far past the payload) */
+	assert_int_equal(
+		fanout_nats_task(v->n, "t", "x", SIZE_MAX - 100, NULL, &t[0]),
+		-EMSGSIZE);
 	assert_int_equal(fanout_nats_task(v->n, "t", NULL, 3, NULL, &t[0]),
 			 -EINVAL);
 	/* a batch whose second child is refused is not dispatched at all */
