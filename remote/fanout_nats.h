@@ -258,11 +258,13 @@ struct fanout_nats_job {
  * @concurrency: children run at once (default 1; with @engine, default
  *               its worker count).
  * @ack_wait_ms: AckWait of the kind's consumer if this call creates it
- *               (default 30000).
+ *               (default 30000).  A consumer that exists (another worker
+ *               made it) is served as it is, whatever this and
+ *               @max_deliver say.
  * @max_deliver: MaxDeliver of that consumer (default 5).
  * @progress_ms: how often a running child's message gets InProgress
- *               (default ack_wait_ms / 3), so AckWait expires only for a
- *               dead worker.
+ *               (default the consumer's AckWait / 3), so AckWait expires
+ *               only for a dead worker; must be below that AckWait.
  * @stop:        the call returns soon after *@stop becomes non-zero (set
  *               it from a signal handler).  Children running then are
  *               interrupted; each that does not complete (returns
@@ -309,7 +311,9 @@ struct fanout_nats_serve_opts {
  * child whose dispatcher cancelled it is answered -ECANCELED unrun.
  *
  * Context: blocks until *@o->stop.
- * Return: 0 after a stop; -EINVAL (NULL @o, no handler, a bad kind);
+ * Return: 0 after a stop; -EINVAL (NULL @o, no handler, a bad kind, a
+ * negative @ack_wait_ms, @max_deliver or @progress_ms, a @progress_ms not
+ * below the consumer's AckWait);
  * -ECONNREFUSED (no server at first); -EPROTO (JetStream refused the
  * stream or consumer); -ENOMEM; or a fanout_create() error.
  */

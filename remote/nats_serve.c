@@ -37,6 +37,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,7 @@ struct server {
 	unsigned running;
 	struct held *held, **held_tail; /* FIFO, see the top */
 	unsigned nheld, max_held;
+	int ack_wait_ms; /* the consumer's, as it is (setup) */
 	bool stopping;
 	char ring[CANCEL_RING][FNATS_KEY_MAX]; /* recent cancel notices */
 	unsigned ring_next;
@@ -457,7 +459,7 @@ static int setup(struct server *sv, unsigned *conc)
 	jsErrCode jerr = 0;
 	natsStatus s;
 	int ack_wait = o->ack_wait_ms > 0 ? o->ack_wait_ms : 30000;
-	int err;
+	int err, attempt;
 
 	if (o->engine) {
 		sv->e = o->engine;
@@ -494,16 +496,49 @@ static int setup(struct server *sv, unsigned *conc)
 	err = fnats_ensure_stream(sv->js, sv->nm.stream, sv->nm.work, true, 0);
 	if (err)
 		return err;
-	jsSubOptions_Init(&so);
-	so.Stream = sv->nm.stream;
-	so.Config.AckPolicy = js_AckExplicit;
-	so.Config.AckWait = (int64_t)ack_wait * 1000000;
-	so.Config.MaxDeliver = o->max_deliver > 0 ? o->max_deliver : 5;
-	so.Config.MaxAckPending = 65536;
-	s = js_PullSubscribe(&sv->sub, sv->js, sv->nm.work, sv->nm.durable,
-			     NULL, &so, &jerr);
-	if (s != NATS_OK)
-		return s == NATS_NO_MEMORY ? -ENOMEM : -EPROTO;
+	/* The kind's consumer is shared: one that exists is served as it
+	 * is.  Asked for with our AckWait and MaxDeliver, libnats refuses
+	 * it when they differ (configuration mismatch); and its AckWait,
+	 * not ours, is what the keep-alive must beat.  Twice: another
+	 * worker may create it between the look and the binding. */
+	for (attempt = 0;; attempt++) {
+		jsConsumerInfo *ci = NULL;
+		bool exists = false;
+
+		if (js_GetConsumerInfo(&ci, sv->js, sv->nm.stream,
+				       sv->nm.durable, NULL, NULL) == NATS_OK) {
+			int64_t ms =
+				ci->Config ? ci->Config->AckWait / 1000000 : 0;
+
+			exists = true;
+			if (ms > 0)
+				ack_wait = ms > INT_MAX ? INT_MAX : (int)ms;
+			jsConsumerInfo_Destroy(ci);
+		}
+		jsSubOptions_Init(&so);
+		so.Stream = sv->nm.stream;
+		so.Config.AckPolicy = js_AckExplicit;
+		if (!exists) {
+			so.Config.AckWait = (int64_t)ack_wait * 1000000;
+			so.Config.MaxDeliver =
+				o->max_deliver > 0 ? o->max_deliver : 5;
+			so.Config.MaxAckPending = 65536;
+		}
+		s = js_PullSubscribe(&sv->sub, sv->js, sv->nm.work,
+				     sv->nm.durable, NULL, &so, &jerr);
+		if (s == NATS_OK)
+			break;
+		sv->sub = NULL;
+		if (s == NATS_NO_MEMORY)
+			return -ENOMEM;
+		if (exists || attempt)
+			return -EPROTO;
+		ack_wait = o->ack_wait_ms > 0 ? o->ack_wait_ms : 30000;
+	}
+	sv->ack_wait_ms = ack_wait > 0 ? ack_wait : 1;
+	/* a keep-alive no sooner than AckWait: refused (see the caller) */
+	if (o->progress_ms >= sv->ack_wait_ms)
+		return -EINVAL;
 	err = fnats_puller_open(&sv->pull, sv->nc, sv->nm.stream,
 				sv->nm.durable);
 	if (err)
@@ -563,6 +598,14 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 
 	if (!o || !o->handler || !fnats_kind_ok(o->kind))
 		return -EINVAL;
+	/* Negative, or a keep-alive no sooner than AckWait (each child that
+	 * runs longer would be redelivered while it runs): refused before
+	 * anything is made.  setup() checks progress_ms again against the
+	 * AckWait of a consumer that exists. */
+	if (o->ack_wait_ms < 0 || o->max_deliver < 0 || o->progress_ms < 0 ||
+	    (o->progress_ms &&
+	     o->progress_ms >= (o->ack_wait_ms ? o->ack_wait_ms : 30000)))
+		return -EINVAL;
 	sv = calloc(1, sizeof(*sv));
 	if (!sv)
 		return -ENOMEM;
@@ -576,9 +619,9 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 	if (err)
 		goto out;
 	sv->max_held = o->max_held ? o->max_held : conc;
-	progress_ms = o->progress_ms > 0 ? o->progress_ms :
-		      o->ack_wait_ms > 0 ? o->ack_wait_ms / 3 :
-					   10000;
+	progress_ms = o->progress_ms > 0      ? o->progress_ms :
+		      sv->ack_wait_ms / 3 > 0 ? sv->ack_wait_ms / 3 :
+						1;
 	next_progress = fnats_now_ms() + (uint64_t)progress_ms;
 	while (!stop_asked(sv)) {
 		drain_cancels(sv);

@@ -1100,6 +1100,61 @@ static void test_stop_naks_late(void **state)
 	env_free(v);
 }
 
+/*
+ * A worker started with options other than those the kind's consumer was
+ * created with (here the default AckWait, 30 s, against 1 s) serves the
+ * consumer as it is, and keeps its running children alive within the
+ * consumer's AckWait.  libnats refused the binding (configuration
+ * mismatch), and the worker exited with -EPROTO; had it bound, its
+ * keep-alive (every 10 s, from its own option) would have let a child
+ * running 3 s be redelivered to another worker after 1 s.
+ */
+static void test_worker_other_options(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[] = {"sleep:3000:slow"};
+	struct fanout_event *ev;
+	jsCtx *js = NULL;
+	natsConnection *nc = NULL;
+	long t0;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
+	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	/* worker 0 creates the consumer (AckWait 1 s) and stops */
+	start_worker(v, 0, "t", 1, 5);
+	t0 = h_now_ms();
+	for (;;) {
+		jsConsumerInfo *ci = NULL;
+
+		if (js_GetConsumerInfo(&ci, js, "FANOUT_T", "fanout-worker-t",
+				       NULL, NULL) == NATS_OK) {
+			jsConsumerInfo_Destroy(ci);
+			break;
+		}
+		assert_true(h_now_ms() - t0 < 30000);
+		h_sleep_ms(10);
+	}
+	h_kill_wait(v->w[0], SIGTERM);
+	v->w[0] = 0;
+	/* two workers with every option at its default */
+	start_worker_ex(v, 1, "t", 1, 0, 0, 0);
+	start_worker_ex(v, 2, "t", 1, 0, 0, 0);
+	dispatch(v, "t", pl, 1, 0);
+	ev = one_event(v, 60000);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	assert_string_equal(ev->results[0].summary, "slow");
+	fanout_event_free(ev);
+	/* run once: not redelivered while it ran */
+	assert_int_equal(h_count_lines(v->log[1], "S ") +
+				 h_count_lines(v->log[2], "S "),
+			 1);
+	jsCtx_Destroy(js);
+	natsConnection_Destroy(nc);
+	env_free(v);
+}
+
 static int never_called(struct fanout_child *c, void *arg)
 {
 	(void)c;
@@ -1139,6 +1194,30 @@ static void test_bad_input(void **state)
 		so.handler = never_called;
 		so.kind = "Bad Kind";
 		assert_int_equal(fanout_nats_serve(&so), -EINVAL);
+		/* options that cannot work: negative, or a keep-alive no
+		 * sooner than AckWait (every child that runs longer would be
+		 * redelivered while it runs).  Stop already asked: the old
+		 * code took them, served and returned 0 */
+		{
+			static volatile sig_atomic_t stopped = 1;
+
+			so.kind = "t";
+			so.stop = &stopped;
+			so.ack_wait_ms = -1;
+			assert_int_equal(fanout_nats_serve(&so), -EINVAL);
+			so.ack_wait_ms = 0;
+			so.max_deliver = -2;
+			assert_int_equal(fanout_nats_serve(&so), -EINVAL);
+			so.max_deliver = 0;
+			so.progress_ms = -5;
+			assert_int_equal(fanout_nats_serve(&so), -EINVAL);
+			so.ack_wait_ms = 1000;
+			so.progress_ms = 1000;
+			assert_int_equal(fanout_nats_serve(&so), -EINVAL);
+			so.ack_wait_ms = 0; /* default 30000 */
+			so.progress_ms = 30000;
+			assert_int_equal(fanout_nats_serve(&so), -EINVAL);
+		}
 	}
 	assert_int_equal(open_disp(v, NULL, 0), 0);
 	/* unknown kind, oversized payload, NULL payload */
@@ -1232,6 +1311,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_busy_inbox_overflow, teardown),
 		cmocka_unit_test_teardown(test_stop_naks_held, teardown),
 		cmocka_unit_test_teardown(test_stop_naks_late, teardown),
+		cmocka_unit_test_teardown(test_worker_other_options, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
