@@ -308,7 +308,10 @@ struct fanout_nats_serve_opts {
  * retried while the server is away) and acks the child only once
  * JetStream has stored the outcome, so a worker killed at any point
  * leaves the child to be redelivered.  A
- * child whose dispatcher cancelled it is answered -ECANCELED unrun.
+ * child whose dispatcher cancelled it is answered -ECANCELED unrun.  A
+ * message on the work subject that no dispatcher sent (no Fanout-Key, or
+ * a Fanout-Reply other than fanout.result.<id>) is refused unrun (Term),
+ * never redelivered.
  *
  * Context: blocks until *@o->stop.
  * Return: 0 after a stop; -EINVAL (NULL @o, no handler, a bad kind, a

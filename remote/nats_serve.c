@@ -284,6 +284,15 @@ static void answer_unrun(struct server *sv, natsMsg *msg, const char *reply,
 	send_outcome(sv, j);
 }
 
+/* "fanout.result.<dispatcher id>", as a dispatcher names its own. */
+static bool result_subject_ok(const char *reply)
+{
+	static const char prefix[] = "fanout.result.";
+
+	return !strncmp(reply, prefix, sizeof(prefix) - 1) &&
+	       fnats_id_ok(reply + sizeof(prefix) - 1);
+}
+
 static void start(struct server *sv, natsMsg *msg)
 {
 	const char *key = NULL, *reply = NULL;
@@ -294,8 +303,10 @@ static void start(struct server *sv, natsMsg *msg)
 
 	if (natsMsgHeader_Get(msg, FNATS_HDR_KEY, &key) != NATS_OK ||
 	    natsMsgHeader_Get(msg, FNATS_HDR_REPLY, &reply) != NATS_OK ||
-	    !key || !reply || strlen(key) >= FNATS_KEY_MAX) {
-		/* not ours: never redeliver it */
+	    !key || !reply || strlen(key) >= FNATS_KEY_MAX ||
+	    !result_subject_ok(reply)) {
+		/* Not ours: never redeliver it.  An outcome sent to a subject
+		 * no stream stores would be retried for ever. */
 		fnats_ack(sv->nc, msg, FNATS_TERM);
 		natsMsg_Destroy(msg);
 		return;

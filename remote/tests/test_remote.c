@@ -1155,6 +1155,48 @@ static void test_worker_other_options(void **state)
 	env_free(v);
 }
 
+/*
+ * A work message that is not a dispatcher's (its Fanout-Reply is not a
+ * result subject) is refused unrun (Term).  The worker once ran it and
+ * then retried publishing its outcome to a subject no stream stores,
+ * for ever, and ran it again at each redelivery.  The worker
+ * (concurrency 1) takes the stream in order: the bad message first, then
+ * a dispatcher's child.
+ */
+static void test_foreign_work_refused(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[] = {"echo:good"};
+	struct fanout_event *ev;
+	natsConnection *nc = NULL;
+	jsCtx *js = NULL;
+	natsMsg *m = NULL;
+	jsPubAck *pa = NULL;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0); /* makes the streams */
+	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
+	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	assert_int_equal(
+		natsMsg_Create(&m, "fanout.work.t", NULL, "echo:bad", 8),
+		NATS_OK);
+	natsMsgHeader_Set(m, "Fanout-Key", "other.0000000000000000.1");
+	natsMsgHeader_Set(m, "Fanout-Reply", "nowhere.x");
+	assert_int_equal(js_PublishMsg(&pa, js, m, NULL, NULL), NATS_OK);
+	jsPubAck_Destroy(pa);
+	natsMsg_Destroy(m);
+	start_worker(v, 0, "t", 1, 5);
+	dispatch(v, "t", pl, 1, 0);
+	ev = one_event(v, 60000);
+	assert_string_equal(ev->results[0].summary, "good");
+	fanout_event_free(ev);
+	/* the good child alone ran */
+	assert_int_equal(h_count_lines(v->log[0], "S "), 1);
+	jsCtx_Destroy(js);
+	natsConnection_Destroy(nc);
+	env_free(v);
+}
+
 static int never_called(struct fanout_child *c, void *arg)
 {
 	(void)c;
@@ -1312,6 +1354,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_stop_naks_held, teardown),
 		cmocka_unit_test_teardown(test_stop_naks_late, teardown),
 		cmocka_unit_test_teardown(test_worker_other_options, teardown),
+		cmocka_unit_test_teardown(test_foreign_work_refused, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
