@@ -124,7 +124,8 @@ struct fanout_nats_opts {
  *
  * Context: blocks up to @o->connect_timeout_ms plus a few JetStream
  * requests.
- * Return: 0; -EINVAL (NULL @o or @out, no kinds, a bad kind or id);
+ * Return: 0; -EINVAL (NULL @o or @out, no kinds, a bad kind or id, a
+ * negative @o->connect_timeout_ms or @o->publish_retry_ms);
  * -ECONNREFUSED (no server at @url); -EPROTO (JetStream refused a stream
  * or consumer, e.g. the server was not started with -js); -ENOMEM.
  * Nothing is left behind on error.

@@ -686,7 +686,8 @@ int fanout_nats_open(const char *url, const struct fanout_nats_opts *o,
 	unsigned i;
 	int err;
 
-	if (!o || !out || !o->kinds || !o->nkinds || o->nkinds > 64)
+	if (!o || !out || !o->kinds || !o->nkinds || o->nkinds > 64 ||
+	    o->connect_timeout_ms < 0 || o->publish_retry_ms < 0)
 		return -EINVAL;
 	if (o->id && !fnats_id_ok(o->id))
 		return -EINVAL;

@@ -1227,6 +1227,20 @@ static void test_bad_input(void **state)
 	assert_int_equal(fanout_nats_open(v->srv.url, &o, &n2), -EINVAL);
 	assert_int_equal(fanout_nats_open(v->srv.url, NULL, &n2), -EINVAL);
 	assert_null(n2);
+	/* negative times: once taken as the defaults */
+	{
+		static const char *const okk[] = {"t"};
+		struct fanout_nats_opts neg = {
+			.kinds = okk, .nkinds = 1, .publish_retry_ms = -1};
+
+		assert_int_equal(fanout_nats_open(v->srv.url, &neg, &n2),
+				 -EINVAL);
+		neg.publish_retry_ms = 0;
+		neg.connect_timeout_ms = -1;
+		assert_int_equal(fanout_nats_open(v->srv.url, &neg, &n2),
+				 -EINVAL);
+		assert_null(n2);
+	}
 	{
 		struct fanout_nats_serve_opts so = {.url = v->srv.url,
 						    .kind = "t"};
