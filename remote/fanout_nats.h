@@ -312,7 +312,9 @@ struct fanout_nats_serve_opts {
  * child whose dispatcher cancelled it is answered -ECANCELED unrun.  A
  * message on the work subject that no dispatcher sent (no Fanout-Key, or
  * a Fanout-Reply other than fanout.result.<id>) is refused unrun (Term),
- * never redelivered.
+ * never redelivered.  An outcome the server would refuse (over its
+ * max_payload less 512 bytes of headers, e.g. a large summary) is sent
+ * as FANOUT_ERROR, code -EMSGSIZE, with an error that says so.
  *
  * Context: blocks until *@o->stop.
  * Return: 0 after a stop; -EINVAL (NULL @o, no handler, a bad kind, a

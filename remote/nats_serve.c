@@ -80,7 +80,8 @@ struct server {
 	unsigned running;
 	struct held *held, **held_tail; /* FIFO, see the top */
 	unsigned nheld, max_held;
-	int ack_wait_ms; /* the consumer's, as it is (setup) */
+	int ack_wait_ms;    /* the consumer's, as it is (setup) */
+	size_t max_payload; /* the server's */
 	bool stopping;
 	char ring[CANCEL_RING][FNATS_KEY_MAX]; /* recent cancel notices */
 	unsigned ring_next;
@@ -351,6 +352,35 @@ static void start(struct server *sv, natsMsg *msg)
 	sv->running++;
 }
 
+/*
+ * @r encoded into @j's body; one the server would refuse (over its
+ * max_payload with the headers) becomes an ERROR saying so, -EMSGSIZE.
+ * Sent as it was, its publish failed at once and was retried for ever,
+ * while its message, no longer kept alive, was redelivered and the child
+ * run again until MaxDeliver.
+ */
+static int encode_for_wire(struct server *sv, const struct fanout_result *r,
+			   struct job *j)
+{
+	struct fanout_result refused;
+	char text[200];
+	int err = fnats_encode_outcome(r, &j->body, &j->blen);
+
+	if (err || j->blen + FNATS_HEADER_ROOM <= sv->max_payload)
+		return err;
+	snprintf(text, sizeof(text),
+		 "remote child: its outcome (%zu bytes) is over the server's "
+		 "max_payload (%zu) less %d bytes of headers",
+		 j->blen, sv->max_payload, FNATS_HEADER_ROOM);
+	free(j->body);
+	j->body = NULL;
+	refused = (struct fanout_result){.status = FANOUT_ERROR,
+					 .code = -EMSGSIZE,
+					 .error = text,
+					 .cost = r->cost};
+	return fnats_encode_outcome(&refused, &j->body, &j->blen);
+}
+
 static void finish(struct server *sv, struct fanout_event *ev)
 {
 	struct job *j = ev->user;
@@ -369,7 +399,7 @@ static void finish(struct server *sv, struct fanout_event *ev)
 		 * that completed anyway is sent. */
 		fnats_ack(sv->nc, j->msg, FNATS_NAK);
 		job_free(j);
-	} else if (fnats_encode_outcome(r, &j->body, &j->blen)) {
+	} else if (encode_for_wire(sv, r, j)) {
 		fnats_ack(sv->nc, j->msg, FNATS_NAK);
 		job_free(j);
 	} else {
@@ -504,6 +534,7 @@ static int setup(struct server *sv, unsigned *conc)
 			    &jo);
 	if (err)
 		return err;
+	sv->max_payload = (size_t)natsConnection_GetMaxPayload(sv->nc);
 	err = fnats_ensure_stream(sv->js, sv->nm.stream, sv->nm.work, true, 0);
 	if (err)
 		return err;

@@ -16,6 +16,7 @@
  *                      interrupt, then (up to 60 s) for PATH to exist, then
  *                      returns -ECANCELED, as a handler slow to stop;
  *                      later deliveries: as echo
+ *   "big:N"            summary of N bytes ('x'), completed
  *   "noop"             completed, nothing else
  *
  *   remote-test-worker --url URL --kind K [--concurrency N]
@@ -142,6 +143,15 @@ static int handler(struct fanout_child *c, void *arg)
 			clock_gettime(CLOCK_MONOTONIC, &now);
 		} while (access(path, F_OK) && now.tv_sec - t0.tv_sec < 60);
 		rc = -ECANCELED;
+	} else if (!strncmp(buf, "big:", 4)) {
+		size_t n = strtoul(buf + 4, NULL, 10);
+		char *big = malloc(n ? n : 1);
+
+		if (!big)
+			return -ENOMEM;
+		memset(big, 'x', n);
+		rc = fanout_set_summary(c, big, n);
+		free(big);
 	} else if (!strcmp(buf, "crash")) {
 		raise(SIGKILL);
 	} else {

@@ -1197,6 +1197,35 @@ static void test_foreign_work_refused(void **state)
 	env_free(v);
 }
 
+/*
+ * A handler's outcome too big for the server (a 2 MB summary; the
+ * server's max_payload is 1 MiB): the child ends FANOUT_ERROR -EMSGSIZE
+ * saying so, after one run.  The worker once retried publishing it for
+ * ever, left its message unkept, so it was redelivered and run again
+ * until MaxDeliver, and the event said "exhausted MaxDeliver".
+ */
+static void test_outcome_too_big(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[] = {"big:2000000", "echo:small"};
+	struct fanout_event *ev;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	start_worker(v, 0, "t", 1, 3);
+	dispatch(v, "t", pl, 2, 0);
+	ev = one_event(v, 60000);
+	assert_int_equal(ev->results[0].status, FANOUT_ERROR);
+	assert_int_equal(ev->results[0].code, -EMSGSIZE);
+	assert_non_null(strstr(ev->results[0].error, "max_payload"));
+	assert_int_equal(ev->results[1].status, FANOUT_COMPLETED);
+	assert_string_equal(ev->results[1].summary, "small");
+	fanout_event_free(ev);
+	assert_true(h_wait_lines(v->log[0], "D ", 2, 30000));
+	assert_int_equal(h_count_lines(v->log[0], "S "), 2);
+	env_free(v);
+}
+
 static int never_called(struct fanout_child *c, void *arg)
 {
 	(void)c;
@@ -1369,6 +1398,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_stop_naks_late, teardown),
 		cmocka_unit_test_teardown(test_worker_other_options, teardown),
 		cmocka_unit_test_teardown(test_foreign_work_refused, teardown),
+		cmocka_unit_test_teardown(test_outcome_too_big, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
