@@ -256,6 +256,9 @@ struct fanout_nats_job {
  * @handler_arg: fanout_nats_job.user.
  * @engine:      local engine the handlers run on (NULL = one of
  *               @concurrency workers made and destroyed by the call).
+ *               While it refuses a child (-EBUSY: its max_async taken by
+ *               other delegations) the worker keeps the child, alive,
+ *               and takes no other until it has room.
  * @concurrency: children run at once (default 1; with @engine, default
  *               its worker count).
  * @ack_wait_ms: AckWait of the kind's consumer if this call creates it

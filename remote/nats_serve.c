@@ -80,8 +80,9 @@ struct server {
 	unsigned running;
 	struct held *held, **held_tail; /* FIFO, see the top */
 	unsigned nheld, max_held;
-	int ack_wait_ms;    /* the consumer's, as it is (setup) */
-	size_t max_payload; /* the server's */
+	int ack_wait_ms;	/* the consumer's, as it is (setup) */
+	size_t max_payload;	/* the server's */
+	uint64_t refused_until; /* the engine refused a child: busy till */
 	bool stopping;
 	char ring[CANCEL_RING][FNATS_KEY_MAX]; /* recent cancel notices */
 	unsigned ring_next;
@@ -294,13 +295,23 @@ static bool result_subject_ok(const char *reply)
 	       fnats_id_ok(reply + sizeof(prefix) - 1);
 }
 
-static void start(struct server *sv, natsMsg *msg)
+/* How long a worker whose engine refused a child (-EBUSY) takes no
+ * other before it tries again. */
+#define REFUSED_MS 20
+
+static void hold_front(struct server *sv, natsMsg *msg);
+
+/* Start the child of @msg.  Return: 0 (started, answered, or handed
+ * back); -EBUSY when the engine refused it, the message then held
+ * first. */
+static int start(struct server *sv, natsMsg *msg)
 {
 	const char *key = NULL, *reply = NULL;
 	unsigned delivery;
 	struct fanout_task t;
 	struct fanout_batch b;
 	struct job *j;
+	int err;
 
 	if (natsMsgHeader_Get(msg, FNATS_HDR_KEY, &key) != NATS_OK ||
 	    natsMsgHeader_Get(msg, FNATS_HDR_REPLY, &reply) != NATS_OK ||
@@ -310,17 +321,17 @@ static void start(struct server *sv, natsMsg *msg)
 		 * no stream stores would be retried for ever. */
 		fnats_ack(sv->nc, msg, FNATS_TERM);
 		natsMsg_Destroy(msg);
-		return;
+		return 0;
 	}
 	delivery = fnats_delivery(msg);
 	if (ring_has(sv, key)) {
 		answer_unrun(sv, msg, reply, key, delivery);
-		return;
+		return 0;
 	}
 	j = calloc(1, sizeof(*j));
 	if (!j) {
 		nak_drop(sv, msg);
-		return;
+		return 0;
 	}
 	j->msg = msg;
 	j->reply = reply;
@@ -341,15 +352,27 @@ static void start(struct server *sv, natsMsg *msg)
 	j->prev = sv->head.prev;
 	j->prev->next = j;
 	sv->head.prev = j;
-	if (fanout_dispatch(sv->e, &b, &j->id)) {
+	err = fanout_dispatch(sv->e, &b, &j->id);
+	if (err) {
 		j->prev->next = j->next;
 		j->next->prev = j->prev;
-		/* another worker may take it */
-		nak_drop(sv, msg);
 		free(j);
-		return;
+		if (err == -EBUSY) {
+			/* The engine is full (a caller's engine, its other
+			 * delegations): we are busy.  Handed back, the child
+			 * came straight back to our own open request, a
+			 * delivery each time, until MaxDeliver. */
+			hold_front(sv, msg);
+			sv->refused_until = fnats_now_ms() + REFUSED_MS;
+			return -EBUSY;
+		}
+		/* another worker may take it; not our own open request */
+		fnats_ack(sv->nc, msg, FNATS_NAK_DELAYED);
+		natsMsg_Destroy(msg);
+		return 0;
 	}
 	sv->running++;
+	return 0;
 }
 
 /*
@@ -457,6 +480,24 @@ static void hold_queued(struct server *sv)
 		sv->held_tail = &h->next;
 		sv->nheld++;
 	}
+}
+
+/* A message that was to start and could not: first in line again. */
+static void hold_front(struct server *sv, natsMsg *msg)
+{
+	struct held *h = malloc(sizeof(*h));
+
+	if (!h) {
+		fnats_ack(sv->nc, msg, FNATS_NAK_DELAYED);
+		natsMsg_Destroy(msg);
+		return;
+	}
+	h->msg = msg;
+	h->next = sv->held;
+	if (!sv->held)
+		sv->held_tail = &h->next;
+	sv->held = h;
+	sv->nheld++;
 }
 
 static natsMsg *unhold(struct server *sv)
@@ -606,7 +647,8 @@ static int take(struct server *sv, unsigned conc)
 
 	/* those read while busy first: they came first */
 	while (sv->running < conc && (h = unhold(sv))) {
-		start(sv, h);
+		if (start(sv, h) == -EBUSY)
+			return got;
 		got++;
 	}
 	if (got)
@@ -625,7 +667,8 @@ static int take(struct server *sv, unsigned conc)
 			err = fnats_pull(&sv->pull, 1, false, until, &m);
 		if (err)
 			break;
-		start(sv, m);
+		if (start(sv, m) == -EBUSY)
+			return got;
 		got++;
 	}
 	return got ? got : err;
@@ -668,7 +711,7 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 	while (!stop_asked(sv)) {
 		drain_cancels(sv);
 		do_retries(sv);
-		if (sv->running < conc) {
+		if (sv->running < conc && fnats_now_ms() >= sv->refused_until) {
 			int got = take(sv, conc);
 
 			/* reconnecting, or refused (409): not again at once */

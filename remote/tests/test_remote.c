@@ -1226,6 +1226,122 @@ static void test_outcome_too_big(void **state)
 	env_free(v);
 }
 
+/* An in-process worker: fanout_nats_serve() on a thread. */
+struct inproc {
+	struct fanout_nats_serve_opts o;
+	volatile sig_atomic_t stop;
+	pthread_t th;
+	int rc;
+};
+
+static void *inproc_main(void *arg)
+{
+	struct inproc *w = arg;
+
+	w->rc = fanout_nats_serve(&w->o);
+	return NULL;
+}
+
+static int echo_handler(struct fanout_child *c, void *arg)
+{
+	const struct fanout_nats_job *job = arg;
+
+	fanout_set_summary(c, job->payload, job->len);
+	return 0;
+}
+
+static atomic_bool blocker_go;
+
+static int blocker(struct fanout_child *c, void *arg)
+{
+	(void)c;
+	(void)arg;
+	while (!atomic_load(&blocker_go))
+		h_sleep_ms(5);
+	return 0;
+}
+
+/*
+ * A worker on an engine of the caller's that refuses its dispatch
+ * (-EBUSY: max_async 1, taken by the caller's own delegation) keeps the
+ * child, kept alive, until the engine has room, then runs it.  It once
+ * handed it back (Nak) at once, to its own open request: every round
+ * trip a delivery, MaxDeliver (2 here) exhausted in milliseconds, and
+ * the child ERROR "exhausted MaxDeliver" though it never ran.  AckWait
+ * is 10 minutes, so nothing but a Nak could move the child: no event may
+ * come while the engine is full.
+ */
+static void test_worker_engine_full(void **state)
+{
+	struct env *v = env_new(NULL);
+	struct fanout_config cfg = {
+		.flags = FANOUT_NO_PIN, .workers = 1, .max_async = 1};
+	struct fanout_task bt = {.fn = blocker};
+	struct fanout_batch bb = {.tasks = &bt, .ntasks = 1};
+	struct fanout_engine *we = NULL;
+	struct fanout_sink *wsink = NULL;
+	const char *pl[] = {"held"};
+	struct inproc w = {0};
+	struct fanout_event *ev = NULL;
+	natsConnection *nc = NULL;
+	jsCtx *js = NULL;
+	long t0;
+
+	(void)state;
+	atomic_store(&blocker_go, false);
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
+	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	assert_int_equal(fanout_create(&cfg, &we), 0);
+	assert_int_equal(fanout_sink_create(we, &wsink), 0);
+	bb.sink = wsink;
+	assert_int_equal(fanout_dispatch(we, &bb, NULL), 0);
+	w.o = (struct fanout_nats_serve_opts){.url = v->srv.url,
+					      .kind = "t",
+					      .handler = echo_handler,
+					      .engine = we,
+					      .concurrency = 1,
+					      .ack_wait_ms = LONG_ACK_MS,
+					      .max_deliver = 2,
+					      .stop = &w.stop};
+	assert_int_equal(pthread_create(&w.th, NULL, inproc_main, &w), 0);
+	dispatch(v, "t", pl, 1, 0);
+	/* delivered to the worker */
+	t0 = h_now_ms();
+	for (;;) {
+		jsConsumerInfo *ci = NULL;
+		uint64_t delivered = 0;
+
+		if (js_GetConsumerInfo(&ci, js, "FANOUT_T", "fanout-worker-t",
+				       NULL, NULL) == NATS_OK) {
+			delivered = ci->Delivered.Consumer;
+			jsConsumerInfo_Destroy(ci);
+		}
+		if (delivered >= 1)
+			break;
+		assert_true(h_now_ms() - t0 < 30000);
+		h_sleep_ms(10);
+	}
+	/* nothing can finish it while the engine is full */
+	assert_int_equal(fanout_wait(fanout_default_sink(v->e), &ev, 3000),
+			 -ETIMEDOUT);
+	atomic_store(&blocker_go, true);
+	ev = one_event(v, 60000);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	assert_string_equal(ev->results[0].summary, "held");
+	fanout_event_free(ev);
+	w.stop = 1;
+	pthread_join(w.th, NULL);
+	assert_int_equal(w.rc, 0);
+	assert_int_equal(fanout_wait(wsink, &ev, 60000), 0); /* blocker's */
+	fanout_event_free(ev);
+	fanout_shutdown(we);
+	fanout_destroy(we);
+	jsCtx_Destroy(js);
+	natsConnection_Destroy(nc);
+	env_free(v);
+}
+
 static int never_called(struct fanout_child *c, void *arg)
 {
 	(void)c;
@@ -1399,6 +1515,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_worker_other_options, teardown),
 		cmocka_unit_test_teardown(test_foreign_work_refused, teardown),
 		cmocka_unit_test_teardown(test_outcome_too_big, teardown),
+		cmocka_unit_test_teardown(test_worker_engine_full, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
