@@ -468,6 +468,8 @@ static void handle_result(struct fanout_nats *n, natsMsg *msg)
 	if (natsMsgHeader_Get(msg, FNATS_HDR_DELIVERY, &dv) == NATS_OK && dv &&
 	    strtoul(dv, NULL, 10) > 1)
 		atomic_fetch_add(&n->redelivered, 1);
+	/* Counted before fanout_complete(), which publishes the event: a
+	 * reader of the stats after the event must find it. */
 	atomic_fetch_add(&n->results, 1);
 	err = fnats_decode_outcome(natsMsg_GetData(msg),
 				   (size_t)natsMsg_GetDataLength(msg), &fo,
@@ -491,8 +493,14 @@ static void handle_result(struct fanout_nats *n, natsMsg *msg)
 		       "worker");
 	else
 		free(r);
-	if (err == -EALREADY)
+	/* -EALREADY: the library had finished it (a deadline, a join
+	 * policy): this outcome finished nothing, no event came of it.  Taken
+	 * back from results before it is counted a duplicate (seq_cst: who
+	 * sees the duplicate sees results without it). */
+	if (err == -EALREADY) {
+		atomic_fetch_sub(&n->results, 1);
 		atomic_fetch_add(&n->duplicates, 1);
+	}
 	free(errcopy);
 }
 

@@ -376,6 +376,20 @@ static void test_deadline(void **state)
 	fanout_event_free(ev);
 	/* the cancel notice reached the running handler */
 	assert_true(h_wait_lines(v->log[0], "C ", 1, 30000));
+	/* its outcome, after the deadline finished the child, finished
+	 * nothing: a duplicate, not a result (it was counted as both) */
+	{
+		struct fanout_nats_stats st;
+		long t0 = h_now_ms();
+
+		do {
+			fanout_nats_stats(v->n, &st);
+			assert_true(h_now_ms() - t0 < 30000);
+			h_sleep_ms(10);
+		} while (st.duplicates == 0);
+		assert_int_equal(st.duplicates, 1);
+		assert_int_equal(st.results, 1);
+	}
 	env_free(v);
 }
 
