@@ -451,6 +451,15 @@ static void progress(struct server *sv)
 		fnats_ack(sv->nc, j->msg, FNATS_WPI);
 	for (h = sv->held; h; h = h->next)
 		fnats_ack(sv->nc, h->msg, FNATS_WPI);
+	/* Ran, outcome not stored yet (a publish in flight, or failing and
+	 * retried): still ours.  Let go, the child was redelivered after
+	 * AckWait and ran again. */
+	pthread_mutex_lock(&sv->lock);
+	for (j = sv->publishing; j; j = j->pnext)
+		fnats_ack(sv->nc, j->msg, FNATS_WPI);
+	for (j = sv->retry; j; j = j->pnext)
+		fnats_ack(sv->nc, j->msg, FNATS_WPI);
+	pthread_mutex_unlock(&sv->lock);
 }
 
 /* Busy: keep what came to the inbox anyway, up to max_held (see the

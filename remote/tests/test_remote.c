@@ -1240,6 +1240,60 @@ static void test_outcome_too_big(void **state)
 	env_free(v);
 }
 
+/*
+ * A child whose outcome cannot be stored yet (the results stream is gone:
+ * every publish fails) stays with the worker that ran it, kept alive
+ * while the worker retries: it does not run again.  The worker kept
+ * only running and held children alive; a child whose outcome it was
+ * publishing was redelivered after AckWait (1 s here) and ran again
+ * (delivery 2) on it or another.  No outcome can arrive here; the test
+ * looks for a second run during three AckWaits.
+ */
+/* Wait up to @ms for a line starting @prefix in worker 0's or 1's log. */
+static bool wait_lines_either(struct env *v, const char *prefix, long ms)
+{
+	long t0 = h_now_ms();
+
+	while (h_count_lines(v->log[0], prefix) +
+		       h_count_lines(v->log[1], prefix) <
+	       1) {
+		if (h_now_ms() - t0 > ms)
+			return false;
+		h_sleep_ms(10);
+	}
+	return true;
+}
+
+static void test_publishing_kept_alive(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[] = {"sleep:500:a"};
+	natsConnection *nc = NULL;
+	jsCtx *js = NULL;
+	struct fanout_event *ev = NULL;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
+	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	start_worker(v, 0, "t", 1, 5);
+	start_worker(v, 1, "t", 1, 5);
+	dispatch(v, "t", pl, 1, 0);
+	assert_true(wait_lines_either(v, "S ", 30000));
+	assert_int_equal(js_DeleteStream(js, "FANOUT_RESULTS", NULL, NULL),
+			 NATS_OK);
+	/* the handler returned; its outcome cannot be stored */
+	assert_true(wait_lines_either(v, "D ", 30000));
+	assert_int_equal(fanout_wait(fanout_default_sink(v->e), &ev, 3000),
+			 -ETIMEDOUT);
+	assert_int_equal(h_count_lines(v->log[0], "S ") +
+				 h_count_lines(v->log[1], "S "),
+			 1);
+	jsCtx_Destroy(js);
+	natsConnection_Destroy(nc);
+	env_free(v);
+}
+
 /* An in-process worker: fanout_nats_serve() on a thread. */
 struct inproc {
 	struct fanout_nats_serve_opts o;
@@ -1530,6 +1584,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_foreign_work_refused, teardown),
 		cmocka_unit_test_teardown(test_outcome_too_big, teardown),
 		cmocka_unit_test_teardown(test_worker_engine_full, teardown),
+		cmocka_unit_test_teardown(test_publishing_kept_alive, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
