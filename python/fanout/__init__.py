@@ -708,13 +708,25 @@ class Engine:
             self._free()
 
     def _running_ids(self):
+        """Ids of every running record, for the close to cancel.  Records
+        may appear between two fanout_list calls (a child's thread that
+        passed _check_open before the close began, C children that
+        delegate), and fanout_list writes the newest first: an array
+        sized from an earlier count would drop the OLDEST runs, which
+        would then never be cancelled.  So list again, with room for
+        every record the last call saw, until one call fits them all."""
         n = ffi.new("size_t *")
-        lib.fanout_list(self._e, ffi.NULL, 0, n)
-        cap = n[0] + 16
-        infos = ffi.new("struct fanout_info[]", cap)
-        lib.fanout_list(self._e, infos, cap, n)
-        return [infos[k].id for k in range(min(n[0], cap))
-                if infos[k].status == lib.FANOUT_RUNNING]
+        cap, infos = 0, ffi.NULL
+        while True:
+            if lib.fanout_list(self._e, infos, cap, n):
+                return []  # -EOWNERDEAD: its runs belong to the parent
+            if n[0] <= cap:
+                return [infos[k].id for k in range(n[0])
+                        if infos[k].status == lib.FANOUT_RUNNING]
+            if _test_point is not None:
+                _test_point("running_ids", self)
+            cap = n[0] + 16
+            infos = ffi.new("struct fanout_info[]", cap)
 
     def _free(self):
         loop = self._loop

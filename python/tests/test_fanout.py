@@ -1102,6 +1102,50 @@ class TestRaces(Base):
         self.assertEqual(len(keep), 1)
         self.assertEqual(eng.late_starts, 1)
 
+    async def test_aclose_cancels_runs_that_appear_while_it_lists(self):
+        # aclose() lists the running records to cancel them: one
+        # fanout_list for the count, then an array of count + 16 for a
+        # second call.  fanout_list writes the newest records first, so
+        # when more than 16 appeared between the two calls (here: 20
+        # dispatches that passed _check_open before the close began) the
+        # oldest runs did not fit and were never cancelled; aclose()
+        # waited for them to end on their own (here: forever, but for the
+        # release below).  Now every run is cancelled.
+        eng = await self.engine()
+        release = asyncio.Event()
+
+        async def wait_release():
+            await release.wait()
+            return "released"
+
+        handles = [eng.dispatch([fanout.Task(f"early {i}", wait_release)])
+                   for i in range(2)]
+        late = []
+
+        def tp(name, obj):
+            if name == "running_ids" and obj is eng and not late:
+                eng._closing = False  # as if dispatched before the close
+                try:
+                    late.extend(eng.dispatch(
+                        [fanout.Task(f"late {i}", wait_release)])
+                        for i in range(20))
+                finally:
+                    eng._closing = True
+            elif name == "aclose_waits" and obj is eng:
+                # Every cancel was issued; what was missed ends now.
+                release.set()
+
+        self.set_test_point(tp)
+        await asyncio.wait_for(eng.aclose(), LONG)
+        self.assertEqual(len(late), 20)
+        handles += late
+        evs = [await asyncio.wait_for(h, LONG) for h in handles]
+        self.assertEqual([(ev.status, ev.cancelled) for ev in evs],
+                         [("interrupted", True)] * len(handles),
+                         [h.id for h, ev in zip(handles, evs)
+                          if not ev.cancelled])
+        self.assertClean(eng)
+
 
 class TestWakeups(Base):
     async def test_more_starts_than_one_take_holds(self):
