@@ -302,15 +302,28 @@ class ChildContext:
 
     def add_cost(self, x):
         """Add x (finite, >= 0) to the child's cost.  ValueError, and the
-        cost is unchanged, for a bad x or when the sum would overflow."""
+        cost is unchanged, for a bad x or when the sum would overflow.
+        RuntimeError, changing nothing, once the child has ended (a thread
+        it started may outlive it): its cost went into the event when it
+        completed, and a later addition would be lost without a word."""
         x = float(x)
         if not math.isfinite(x) or x < 0:
             raise ValueError("cost must be finite and >= 0")
-        total = self._child.cost + x
-        if not math.isfinite(total):
-            raise ValueError(f"the child's cost would overflow "
-                             f"({self._child.cost!r} + {x!r})")
-        self._child.cost = total
+        c = self._child
+        # c.lock: _complete sets c.done and reads c.cost under it, so an
+        # addition either makes it into the outcome or sees c.done.
+        with c.lock:
+            if c.done:
+                raise RuntimeError(
+                    f"fanout: child {c.index} of {_fmt_id(c.id)} has "
+                    f"ended; its cost is final (add_cost({x!r}) ignored)")
+            total = c.cost + x
+            if not math.isfinite(total):
+                raise ValueError(f"the child's cost would overflow "
+                                 f"({c.cost!r} + {x!r})")
+            if _test_point is not None:
+                _test_point("add_cost", c)
+            c.cost = total
 
 
 _current = contextvars.ContextVar("fanout_current", default=None)
@@ -1281,15 +1294,14 @@ class Engine:
             eb = ffi.new("char[]", _c_text(error))
             keep.append(eb)
             o.error = eb
-        cost = c.cost
-        o.cost = cost if math.isfinite(cost) and cost >= 0 else (
-            sys.float_info.max if cost > 0 else 0.0)
         key = int(ffi.cast("uintptr_t", c.p))
         if self._children.get(key) is c:
             del self._children[key]
         # c.lock: no other thread is between its look at c.done and its
         # fanout_pending_interrupted(c.p) while p is released (see
-        # ChildContext.interrupted).  Held for a few loads at most.
+        # ChildContext.interrupted), nor between its look at c.done and
+        # its update of c.cost (ChildContext.add_cost): the cost read
+        # here is final.  Held for a few loads at most.
         if not c.lock.acquire(False):  # (positional: the cheaper call)
             if _test_point is not None:
                 _test_point("complete_waits", c)
@@ -1299,6 +1311,9 @@ class Engine:
             if lib.fanout_pending_interrupted(c.p):
                 c.interrupted = True
             c.done = True
+            cost = c.cost
+            o.cost = cost if math.isfinite(cost) and cost >= 0 else (
+                sys.float_info.max if cost > 0 else 0.0)
             rc = lib.fanout_complete(c.p, o)
             if rc == -_errno.EINVAL:  # cannot happen; finish it all the same
                 o.code = code if code else -_errno.EIO

@@ -270,6 +270,51 @@ class TestEvents(Base):
         self.assertEqual(r[4].summary, "fine")
         self.assertEqual(eng.stats()["python_children_running"], 0)
 
+    async def test_add_cost_after_the_child_ended_raises(self):
+        # A thread a child started (or a ChildContext kept) outlives the
+        # child and adds cost after the child completed.  The addition
+        # went into the dead child's record and was lost without a word:
+        # the event had the cost already.  Now it raises RuntimeError and
+        # changes nothing.
+        eng = await self.engine()
+        late = threading.Event()
+        self.addCleanup(late.set)
+        outcomes = []
+        threads = []
+
+        def add_late():
+            late.wait(LONG)
+            try:
+                fanout.current().add_cost(2.0)
+                outcomes.append("added")
+            except RuntimeError as e:
+                outcomes.append(str(e))
+
+        def start_adder():
+            fanout.current().add_cost(1.5)
+            ctx = contextvars.copy_context()
+            t = threading.Thread(target=ctx.run, args=(add_late,))
+            threads.append(t)
+            t.start()
+            return "done"
+
+        async def async_child():
+            return start_adder()
+
+        ev = await asyncio.wait_for(eng.gather(
+            [fanout.Task("async", async_child),
+             fanout.Task("thread", start_adder)]), LONG)
+        late.set()
+        for t in threads:
+            t.join(LONG)
+        self.assertEqual(len(outcomes), 2)
+        for o in outcomes:
+            self.assertIn("has ended", o)
+        self.assertEqual([(r.status, r.cost) for r in ev.results],
+                         [("completed", 1.5)] * 2)
+        self.assertEqual(ev.cost, 3.0)
+        self.assertClean(eng)
+
     async def test_cost_overflow_and_huge_summary_keep_the_summary(self):
         eng = await self.engine()
         refused = []
@@ -1144,6 +1189,52 @@ class TestRaces(Base):
                          [("interrupted", True)] * len(handles),
                          [h.id for h, ev in zip(handles, evs)
                           if not ev.cancelled])
+        self.assertClean(eng)
+
+    async def test_add_cost_racing_the_completion_is_counted(self):
+        # A thread adds cost to an async child while the loop completes
+        # it: it had read the cost and not yet written the sum when the
+        # loop read the cost for fanout_complete(), so the addition was
+        # lost.  Now the completion waits for the addition (or the
+        # addition sees the child ended and raises).
+        eng = await self.engine()
+        at_window = threading.Event()
+        go = threading.Event()
+        self.addCleanup(go.set)
+        adder = None
+        raised = []
+
+        def tp(name, c):
+            if name == "add_cost" and threading.current_thread() is adder:
+                at_window.set()
+                go.wait(LONG)
+            elif name in ("complete_waits", "completed") and \
+                    at_window.is_set():
+                go.set()  # the loop waits for the adder, or is done
+
+        self.set_test_point(tp)
+
+        def add():
+            try:
+                fanout.current().add_cost(2.0)
+            except RuntimeError as e:
+                raised.append(e)
+
+        async def child():
+            nonlocal adder
+            fanout.current().add_cost(1.0)
+            ctx = contextvars.copy_context()
+            adder = threading.Thread(target=ctx.run, args=(add,))
+            adder.start()
+            await self.wait_thread_event(at_window)
+            return "done"
+
+        ev = await asyncio.wait_for(
+            eng.gather([fanout.Task("c", child)]), LONG)
+        adder.join(LONG)
+        self.assertEqual(raised, [])
+        self.assertEqual(ev.results[0].status, "completed")
+        self.assertEqual(ev.results[0].cost, 3.0)
         self.assertClean(eng)
 
 
