@@ -921,14 +921,20 @@ class Engine:
         """dispatch() and await the one event, which goes to this caller
         only (not to events()).  Cancelling the awaiting task cancels the
         delegation (and, inside a child, it belongs to the child's cancel
-        tree)."""
+        tree).  The caller always gets the CancelledError: if the cancel
+        itself fails (the engine crossed a fork(), where its delegations
+        run in the parent), its OSError is the CancelledError's
+        __context__."""
         h = self.dispatch(tasks, context=context, session_key=session_key,
                           deadline=deadline, join=join, quorum=quorum,
                           sink=sink, _awaited=True)
         try:
             return await asyncio.shield(h._fut)
-        except asyncio.CancelledError:
-            self._cancel(h._id, True, True)
+        except asyncio.CancelledError as cancelled:
+            try:
+                self._cancel(h._id, True, True)
+            except OSError as err:
+                _keep_as_context(cancelled, err)
             raise
 
     async def delegate(self, tasks, **kw):
@@ -938,6 +944,10 @@ class Engine:
         (mode "inline_full", h.message).  Returns a Handle; for the inline
         modes it is done already."""
         self._check_open()
+        # The inline runs are awaited outside the `except BusyError`
+        # blocks: what they raise (a CancelledError with the failure of
+        # its cancel as context, see gather()) keeps its own context
+        # instead of getting the refusal.
         if current() is not None:
             try:
                 ev = await self.gather(tasks, **kw)
@@ -946,6 +956,8 @@ class Engine:
                 # fanout_delegate() inside a child, run it synchronously,
                 # where max_async does not apply.  _make_batch puts it in
                 # this child's cancel tree (within).
+                ev = None
+            if ev is None:
                 ev = await self._run_inline(tasks, **kw)
             ev.mode = "inline"
             fut = self._loop.create_future()
@@ -954,11 +966,12 @@ class Engine:
         try:
             return self.dispatch(tasks, **kw)
         except BusyError as e:
-            ev = await self._run_inline(tasks, **kw)
-            ev.mode = "inline_full"
-            fut = self._loop.create_future()
-            fut.set_result(ev)
-            return Handle(self, ev._id, fut, "inline_full", str(e))
+            busy = str(e)
+        ev = await self._run_inline(tasks, **kw)
+        ev.mode = "inline_full"
+        fut = self._loop.create_future()
+        fut.set_result(ev)
+        return Handle(self, ev._id, fut, "inline_full", busy)
 
     async def _run_inline(self, tasks, context=None, session_key=None,
                           deadline=None, join="all", quorum=None, sink=None):
@@ -1006,8 +1019,11 @@ class Engine:
             raise
         try:
             rc, ev = await asyncio.shield(b.fut)
-        except asyncio.CancelledError:
-            self._cancel_inline(b)
+        except asyncio.CancelledError as cancelled:
+            try:
+                self._cancel_inline(b)
+            except OSError as err:  # as in gather()
+                _keep_as_context(cancelled, err)
             raise
         if rc:
             raise _error(rc, self)
@@ -1329,6 +1345,17 @@ class Engine:
             _test_point("completed", c)
         if not self._children and not self._tasks_running:
             self._idle.set()
+
+
+def _keep_as_context(cancelled, err):
+    """err, raised by the cancel that the CancelledError `cancelled` set
+    off (fanout_cancel() refuses an engine that crossed a fork()), goes
+    in as cancelled's __context__: a cancelled task must end with its
+    CancelledError (asyncio.timeout, TaskGroup and Task.uncancel count on
+    it), and the failure stays visible.  err's own context is `cancelled`
+    (it was raised while handling it): replaced, so there is no cycle."""
+    err.__context__ = cancelled.__context__
+    cancelled.__context__ = err
 
 
 _MAX_TEXT = 16 << 20  # fanout_outcome's limit for summary and error

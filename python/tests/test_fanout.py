@@ -1238,6 +1238,97 @@ class TestRaces(Base):
         self.assertClean(eng)
 
 
+def throw_cancel_in_a_forked_child(coro):
+    """Fork; in the child, throw CancelledError into the suspended
+    coroutine `coro` (as a task's cancel does) and report what came out
+    of it: "<type> <type of its __context__> <errno of the context>"."""
+    import select
+    import signal
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through w
+        try:
+            os.close(r)
+            try:
+                coro.throw(asyncio.CancelledError())
+                out = "returned"
+            except BaseException as e:  # noqa: B902 - what the caller sees
+                ctx = e.__context__
+                out = (f"{type(e).__name__} {type(ctx).__name__} "
+                       f"{getattr(ctx, 'errno', None)}")
+            os.write(w, out.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        ready, _, _ = select.select([r], [], [], LONG)
+        out = os.read(r, 4096).decode() if ready else "no answer"
+    finally:
+        os.close(r)
+        if out == "no answer":
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    return out
+
+
+class TestFork(Base):
+    async def test_gather_cancelled_where_the_cancel_fails(self):
+        # The task awaiting gather() is cancelled in a process that
+        # inherited the engine by fork(): fanout_cancel() refuses
+        # (-EOWNERDEAD), and gather()'s handler let that OSError replace
+        # the CancelledError, so the caller (asyncio.timeout, TaskGroup,
+        # a task's cancel()) saw an OSError instead.  The caller must see
+        # the CancelledError, with the failed cancel as its context.
+        eng = await self.engine()
+        c = fanout.Counter()
+        self.addCleanup(c.stop)
+        coro = eng.gather([fanout.Task("t", fanout.builtin("tick"), c)])
+        coro.send(None)  # dispatched; now awaiting the event
+        (b,) = eng._batches.values()
+        out = throw_cancel_in_a_forked_child(coro)
+        self.assertEqual(out, f"CancelledError OSError {errno.EOWNERDEAD}")
+        # Here the cancel works, and the one event comes.
+        with self.assertRaises(asyncio.CancelledError) as cm:
+            coro.throw(asyncio.CancelledError())
+        self.assertIsNone(cm.exception.__context__)
+        ev = await asyncio.wait_for(asyncio.shield(b.fut), LONG)
+        self.assertEqual(ev.status, "interrupted")
+        self.assertTrue(ev.cancelled)
+        self.assertClean(eng)
+
+    async def test_inline_delegate_cancelled_where_the_cancel_fails(self):
+        # The same for a delegate() that runs inline (a full pool): the
+        # handler's cancel of the run raised OSError(EOWNERDEAD) in place
+        # of the CancelledError.
+        eng = await self.engine(max_async=1)
+        hold = fanout.Counter()
+        self.addCleanup(hold.stop)
+        blocker = eng.dispatch([fanout.Task("pool", fanout.builtin("tick"),
+                                            hold)])
+        c = fanout.Counter()
+        self.addCleanup(c.stop)
+        coro = eng.delegate([fanout.Task("t", fanout.builtin("tick"), c)])
+        coro.send(None)  # BusyError: runs inline, awaits the run
+        (b,) = [b for b in eng._batches.values() if b.inline]
+        for _ in range(int(LONG * 1000)):  # its C child runs: id known
+            if c.value:
+                break
+            await asyncio.sleep(0.001)
+        self.assertTrue(c.value)
+        out = throw_cancel_in_a_forked_child(coro)
+        self.assertEqual(out, f"CancelledError OSError {errno.EOWNERDEAD}")
+        with self.assertRaises(asyncio.CancelledError) as cm:
+            coro.throw(asyncio.CancelledError())
+        self.assertIsNone(cm.exception.__context__)
+        rc, ev = await asyncio.wait_for(asyncio.shield(b.fut), LONG)
+        self.assertEqual(rc, 0)
+        self.assertEqual(ev.status, "interrupted")
+        hold.stop()
+        self.assertEqual((await asyncio.wait_for(blocker, LONG)).status,
+                         "completed")
+        self.assertClean(eng)
+
+
 class TestWakeups(Base):
     async def test_more_starts_than_one_take_holds(self):
         # 20 x 100 children defer at once: more than pyfo_take() returns
