@@ -106,6 +106,17 @@ FANOUT_API uint64_t fanout_test_blocks_reused(void);
  */
 FANOUT_API void fanout_test_read_section(bool enter);
 
+/**
+ * fanout_test_age_slot() - advance the generation of @id's table slot by
+ * @uses, as if the slot had been handed out that many more times (ids
+ * carry 40 bits of it: lib/table.c, "Ids").  Call it on a quiet engine,
+ * on the id of a record whose slot is free or whose record finished.
+ * Return: 0; -EINVAL (NULL @e, id 0); -ENOENT (@id's slot was never
+ * allocated).
+ */
+FANOUT_API int fanout_test_age_slot(struct fanout_engine *e, fanout_id id,
+				    uint64_t uses);
+
 /*
  * Test points: places where a test can stop a thread, as a preemption
  * would, to force a rare interleaving.  Compiled only into the sanitizer

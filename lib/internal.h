@@ -476,6 +476,8 @@ void fanout__table_kid_tombs(struct fanout_engine *e, fanout_id parent,
 			     uint64_t engine,
 			     void (*fn)(fanout_id kid, void *arg), void *arg);
 void fanout__table_destroy(struct fanout_engine *e);
+int fanout__table_age_slot(struct fanout_engine *e, fanout_id id,
+			   uint64_t uses); /* fanout_test_age_slot() */
 
 /* sink.c */
 extern _Atomic unsigned fanout__publish_gap_us; /* a test knob */

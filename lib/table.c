@@ -9,8 +9,9 @@
  * key (getrandom), so ids differ between engines, processes and restarts.
  * A slot's generation grows each time the slot is handed out, so the
  * (slot, gen) pairs, and hence the ids, never repeat within an engine (40
- * bits of generation per slot), and the raw value that would give id 0 is
- * skipped.  Lookup is one index and one compare: no hashing.
+ * bits of generation per slot: a slot whose last generation was handed
+ * out is retired, never handed out again), and the raw value that would
+ * give id 0 is skipped.  Lookup is one index and one compare: no hashing.
  *
  * Slots.  Chunks of CHUNK slots are allocated as needed and never freed
  * before the table is destroyed, so a slot's memory is always valid.
@@ -322,6 +323,7 @@ int fanout__table_reserve(struct fanout_engine *e, struct record *rec)
 	struct fanout_tstats *ts;
 
 	ts = fanout__tstats(e);
+again:
 	if (ts && ts->nslots) {
 		slot = ts->slots[--ts->nslots]; /* "Slot cache" */
 		goto got;
@@ -360,6 +362,12 @@ got:
 		gen++;
 		raw = (gen & GEN_MASK) << SLOT_BITS | slot;
 	} while ((raw ^ t->key) == 0);
+	/* "Ids": every generation of the slot was handed out; a next one
+	 * would repeat the id of its first record.  The slot is retired:
+	 * never pushed back, its pointer NULL (walkers skip it), its chunk
+	 * kept with the others.  (2^40 hand-outs of one slot.) */
+	if (__builtin_expect(gen > GEN_MASK, 0))
+		goto again;
 	atomic_store_explicit(&c->gen[slot & (CHUNK - 1)], gen,
 			      memory_order_relaxed);
 	rec->id = raw ^ t->key;
@@ -766,6 +774,23 @@ void fanout__table_kid_tombs(struct fanout_engine *e, fanout_id parent,
 	fanout__read_lock();
 	walk(e, skip_record, kid_tomb, &k);
 	fanout__read_unlock();
+}
+
+/* fanout_test_age_slot(): a quiet engine, so relaxed and no RMW. */
+int fanout__table_age_slot(struct fanout_engine *e, fanout_id id, uint64_t uses)
+{
+	struct fanout_table *t = e->table;
+	uint32_t slot = slot_of(e, id);
+	_Atomic uint64_t *g;
+
+	if ((slot >> CHUNK_SHIFT) >=
+	    atomic_load_explicit(&t->nchunks, memory_order_acquire))
+		return -ENOENT;
+	g = &chunk_of(t, slot)->gen[slot & (CHUNK - 1)];
+	atomic_store_explicit(
+		g, atomic_load_explicit(g, memory_order_relaxed) + uses,
+		memory_order_relaxed);
+	return 0;
 }
 
 /* Quiescent engine: every record is finished and no call is running. */

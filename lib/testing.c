@@ -71,6 +71,13 @@ uint64_t fanout_test_blocks_reused(void)
 	return fanout__limbo_reused();
 }
 
+int fanout_test_age_slot(struct fanout_engine *e, fanout_id id, uint64_t uses)
+{
+	if (!e || !id)
+		return -EINVAL;
+	return fanout__table_age_slot(e, id, uses);
+}
+
 void fanout_test_read_section(bool enter)
 {
 	if (enter)

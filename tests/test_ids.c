@@ -6,6 +6,7 @@
  * was deleg_5692161d100b05e5.  (A forked child's first id: test_fork.c.)
  */
 #include "common.h"
+#include "fanout_testing.h"
 
 static struct fanout_engine *eng(void)
 {
@@ -97,11 +98,48 @@ static void ids_unique_nonzero(void **state)
 	fanout_destroy(e);
 }
 
+/* A slot handed out 2^40 times (the 40 bits of generation an id carries,
+ * lib/table.c "Ids") is retired, not given a 2^40th-next id equal to its
+ * first one.  keep_completed 1 and one thread: A's slot is evicted when
+ * B's event is freed, into this thread's slot cache, and C's dispatch
+ * takes it back.  Before the fix C got A's id again: fanout_lookup() of
+ * the long-pruned A found C (and fanout_cancel() of it would cancel C). */
+static void ids_not_reused_after_generation_wrap(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN,
+			   .spin_ns = 1000, .keep_completed = 1);
+	struct fanout_info info;
+	fanout_id a, b, c;
+
+	a = must_run_one(e);
+	assert_int_equal(fanout_test_age_slot(e, a, (1ull << 40) - 1), 0);
+	b = must_run_one(e);
+	c = must_run_one(e);
+	assert_true(b != a);
+	assert_true(c != a);
+	assert_true(c != b);
+	/* A was pruned (K = 1, two newer events freed): unknown for good. */
+	assert_int_equal(fanout_lookup(e, a, &info), -ENOENT);
+	assert_int_equal(fanout_lookup(e, c, &info), 0);
+	assert_true(info.id == c);
+	/* And the engine goes on handing out distinct ids. */
+	for (int i = 0; i < 64; i++) {
+		fanout_id d = must_run_one(e);
+
+		assert_true(d != a && d != b && d != c);
+	}
+	assert_int_equal(fanout_test_age_slot(NULL, a, 1), -EINVAL);
+	assert_int_equal(fanout_test_age_slot(e, 0, 1), -EINVAL);
+	fanout_destroy(e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		TC(ids_differ_between_engines),
 		TC(ids_unique_nonzero),
+		TC(ids_not_reused_after_generation_wrap),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
