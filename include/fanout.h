@@ -296,7 +296,8 @@ FANOUT_API const char *fanout_status_name(enum fanout_status st);
  *                  depth d + 1, checked against B's max_depth, and
  *                  fanout_delegate(B) from it runs inline.
  * @keep_completed: finished records whose event was freed that are kept
- *                  for lookup/list (default 1024, at most 1<<24).  A
+ *                  for lookup/list (default 1024, at most 1<<23: half
+ *                  the 2^24 records the table holds).  A
  *                  record whose event is not freed yet (not taken, or
  *                  taken and held) stays in the table besides them and
  *                  is never pruned.  Once its event is freed, a kept

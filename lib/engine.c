@@ -54,7 +54,12 @@
 #define MAX_SPIN_NS 1000000000ull
 #define MAX_SLOTS (1u << 24)
 #define MAX_ASYNC (1u << 20)
-#define MAX_KEEP (1u << 24)
+/* Half the record table (2^24 slots, table.c): a kept record holds its
+ * slot until keep_completed newer ones are freed, so 2^24 of them would
+ * fill the table before the first is pruned, and every dispatch after
+ * would fail for want of a slot, for good.  The other half is for live
+ * records. */
+#define MAX_KEEP (1u << 23)
 #define MAX_PENDING (1u << 24)
 /* Default max_pending: 4096, and never under 4 x max_async (see fanout.h). */
 #define PENDING_DEFAULT 4096u

@@ -422,6 +422,33 @@ static void capacity_ring_refills_exactly(void **state)
 	fanout_destroy(e);
 }
 
+/* keep_completed and the record table: the table has 2^24 slots, and a
+ * kept record holds its slot until keep_completed newer ones have their
+ * events freed.  With keep_completed = 2^24 (accepted before the fix),
+ * the 2^24 kept records fill every slot before any is pruned: the next
+ * dispatch finds no slot (-ENOMEM), no event is left to free, and the
+ * engine refuses every dispatch for good.  (Reaching that takes 2^24
+ * delegations and 2.4 GiB of table, so the test checks the bound that
+ * create enforces: half the table at most, the rest for live records.) */
+static void capacity_keep_completed_leaves_table_room(void **state)
+{
+	struct fanout_engine *e = NULL;
+	struct fanout_config c = {.workers = 1,
+				  .flags = FANOUT_NO_PIN,
+				  .keep_completed = 1u << 24};
+
+	assert_int_equal(fanout_create(&c, &e), -EINVAL);
+	assert_null(e);
+	c.keep_completed = (1u << 23) + 1;
+	assert_int_equal(fanout_create(&c, &e), -EINVAL);
+	assert_null(e);
+	c.keep_completed = 1u << 23;
+	assert_int_equal(fanout_create(&c, &e), 0);
+	assert_non_null(e);
+	must_run_one(e);
+	fanout_destroy(e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -435,6 +462,7 @@ int main(void)
 		TC(capacity_describe_ebusy),
 		TC(capacity_small_ring_never_overflows),
 		TC(capacity_ring_refills_exactly),
+		TC(capacity_keep_completed_leaves_table_room),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
