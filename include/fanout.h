@@ -863,8 +863,9 @@ FANOUT_API int fanout_cancel_session(struct fanout_engine *e,
  * after that until at least keep_completed newer delegations have
  * finished (it is pruned when one of those has its event freed too).
  * Context: RCU read side; never blocks.
- * Return: 0; -EINVAL (NULL argument, id 0); -ENOENT; -EOWNERDEAD (@e
- * crossed a fork(): the child's copy of a record would never change).
+ * Return: 0; -EINVAL (NULL argument, id 0); -ENOENT (@info untouched);
+ * -EOWNERDEAD (@e crossed a fork(): the child's copy of a record would
+ * never change).
  */
 FANOUT_API int fanout_lookup(struct fanout_engine *e, fanout_id id,
 			     struct fanout_info *info);

@@ -889,6 +889,7 @@ int fanout_lookup(struct fanout_engine *e, fanout_id id,
 		  struct fanout_info *info)
 {
 	struct record *rec;
+	struct fanout_info tomb; /* *info is written only if @id is found */
 	int err = -ENOENT;
 
 	if (!e || !id || !info)
@@ -907,7 +908,8 @@ int fanout_lookup(struct fanout_engine *e, fanout_id id,
 				snapshot(rec, info);
 				err = 0;
 			}
-		} else if (rec && read_tomb(TOMB_OF(rec), id, info, &retry)) {
+		} else if (rec && read_tomb(TOMB_OF(rec), id, &tomb, &retry)) {
+			*info = tomb;
 			err = 0;
 		}
 		if (!retry)

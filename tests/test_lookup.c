@@ -747,6 +747,36 @@ static void kept_ring_delayed_freer(void **state)
 	fanout_destroy(e);
 }
 
+/* An unknown id leaves *info as it was (-ENOENT changes nothing).  With
+ * keep_completed 1 and one thread, A's slot is evicted into this thread's
+ * slot cache when B's event is freed, C takes it, and C's freed event
+ * leaves C's tomb there: A's lookup reads that tomb.  Before the fix it
+ * copied it into *info before comparing ids, so the -ENOENT came with
+ * C's id, user pointer and session key in the caller's struct. */
+static void lookup_unknown_leaves_info_alone(void **state)
+{
+	struct fanout_engine *e =
+		NEW_ENGINE(.workers = 1, .flags = FANOUT_NO_PIN,
+			   .spin_ns = 1000, .keep_completed = 1);
+	struct fanout_info info, before;
+	fanout_id a, b, c;
+
+	a = must_run_one(e);
+	b = must_run_one(e);
+	c = must_run_one(e);
+	assert_true(a != b && b != c && a != c);
+	/* C is kept as a tomb (its event freed): it is there to be read. */
+	assert_int_equal(fanout_lookup(e, c, &info), 0);
+	assert_true(info.id == c);
+	memset(&info, 0xa5, sizeof(info));
+	memcpy(&before, &info, sizeof(info));
+	assert_int_equal(fanout_lookup(e, a, &info), -ENOENT);
+	assert_memory_equal(&info, &before, sizeof(info));
+	assert_int_equal(fanout_lookup(e, b, &info), -ENOENT);
+	assert_memory_equal(&info, &before, sizeof(info));
+	fanout_destroy(e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -766,6 +796,7 @@ int main(void)
 		TC(lookup_long_key_keeps_record),
 		TC(lookup_across_chunks),
 		TC(kept_ring_delayed_freer),
+		TC(lookup_unknown_leaves_info_alone),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
