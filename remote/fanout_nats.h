@@ -245,6 +245,18 @@ struct fanout_nats_job {
 };
 
 /**
+ * struct fanout_nats_serve_stats - a worker's counters, see
+ * fanout_nats_serve_opts.stats.
+ * @outcome_publishes: outcome publish attempts, retries included.
+ * @outcome_retries:   of them, those after a failed one (each waited its
+ *                     backoff: fanout_nats_serve()).
+ */
+struct fanout_nats_serve_stats {
+	uint64_t outcome_publishes;
+	uint64_t outcome_retries;
+};
+
+/**
  * struct fanout_nats_serve_opts - worker options; zero = default.
  * @url:         server (NULL = nats://127.0.0.1:4222).
  * @kind:        the kind to serve (required).
@@ -288,6 +300,11 @@ struct fanout_nats_job {
  *               ms, so that no request of this worker still open at the
  *               server takes it again) for an idle worker to run.  Each
  *               hand-back counts as a delivery against MaxDeliver.
+ * @stats:       if set, counters the call keeps while it runs (zeroed
+ *               when it starts).  It writes them with relaxed atomic
+ *               stores: read them from another thread with
+ *               __atomic_load_n(..., __ATOMIC_RELAXED), or plainly
+ *               after the call returned.
  */
 struct fanout_nats_serve_opts {
 	const char *url;
@@ -301,6 +318,7 @@ struct fanout_nats_serve_opts {
 	int progress_ms;
 	volatile sig_atomic_t *stop;
 	unsigned max_held;
+	struct fanout_nats_serve_stats *stats;
 };
 
 /**
@@ -309,9 +327,11 @@ struct fanout_nats_serve_opts {
  *
  * Pulls with explicit ack; for each child runs the handler, publishes
  * the outcome to the dispatcher's result subject (asynchronously,
- * retried while the server is away) and acks the child only once
- * JetStream has stored the outcome, so a worker killed at any point
- * leaves the child to be redelivered.  A
+ * retried while the server is away or the results stream stores nothing:
+ * 100 ms after the first failure, the wait doubled after each, at most
+ * 2 s; the child kept alive meanwhile, so it does not run again) and acks
+ * the child only once JetStream has stored the outcome, so a worker
+ * killed at any point leaves the child to be redelivered.  A
  * child whose dispatcher cancelled it is answered -ECANCELED unrun.  A
  * message on the work subject that no dispatcher sent (no Fanout-Key, or
  * a Fanout-Reply other than fanout.result.<id>) is refused unrun (Term),

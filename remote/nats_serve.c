@@ -58,7 +58,9 @@ struct job {
 	struct job *prev, *next;
 	char *body; /* the encoded outcome, while it is being published */
 	size_t blen;
-	struct job *pnext; /* publishing list / retry list */
+	struct job *pnext;   /* publishing list / retry list */
+	uint64_t retry_at;   /* on the retry list: not sent again before */
+	unsigned backoff_ms; /* the last wait; 0 = never failed */
 };
 
 /* A message read while every slot was busy, not started yet. */
@@ -91,6 +93,8 @@ struct server {
 	pthread_mutex_t lock;
 	struct job *publishing, *retry;
 	unsigned npublishing;
+	/* o->stats' values; only the loop's thread publishes outcomes */
+	uint64_t n_publishes, n_retries;
 };
 
 static bool stop_asked(const struct server *sv)
@@ -146,6 +150,17 @@ static natsStatus publish_outcome(struct server *sv, struct job *j)
 	natsMsg *m = NULL;
 	natsStatus s;
 
+	sv->n_publishes++;
+	if (j->backoff_ms)
+		sv->n_retries++;
+	if (sv->o->stats) {
+		/* Relaxed: plain counters for a reader on another thread
+		 * (fanout_nats.h, @stats); nothing is published with them. */
+		__atomic_store_n(&sv->o->stats->outcome_publishes,
+				 sv->n_publishes, __ATOMIC_RELAXED);
+		__atomic_store_n(&sv->o->stats->outcome_retries, sv->n_retries,
+				 __ATOMIC_RELAXED);
+	}
 	snprintf(id, sizeof(id), "r.%s", j->key);
 	snprintf(dv, sizeof(dv), "%u", j->pub.delivery);
 	jsPubOptions_Init(&po);
@@ -161,6 +176,30 @@ static natsStatus publish_outcome(struct server *sv, struct job *j)
 		s = js_PublishMsgAsync(sv->js, &m, &po);
 	natsMsg_Destroy(m);
 	return s;
+}
+
+/*
+ * A failed outcome publish (the results stream missing: no responders;
+ * the server away: no ack within MaxWait) waits before it is sent again:
+ * RETRY_FIRST_MS after the first failure, doubled after each, at most
+ * RETRY_MAX_MS.  It was sent again on every pass of the loop (up to
+ * every 2 ms while children run), flooding a server that had lost its
+ * stream.  The child stays ours meanwhile: progress() keeps its message
+ * alive.
+ */
+#define RETRY_FIRST_MS 100
+#define RETRY_MAX_MS 2000
+
+/* Put @j on the retry list, not to be sent before its backoff; under
+ * sv->lock. */
+static void retry_later(struct server *sv, struct job *j)
+{
+	j->backoff_ms = !j->backoff_ms			  ? RETRY_FIRST_MS :
+			j->backoff_ms >= RETRY_MAX_MS / 2 ? RETRY_MAX_MS :
+							    j->backoff_ms * 2;
+	j->retry_at = fnats_now_ms() + j->backoff_ms;
+	j->pnext = sv->retry;
+	sv->retry = j;
 }
 
 static void job_free(struct job *j)
@@ -188,8 +227,7 @@ static void result_ack(jsCtx *js, natsMsg *m, jsPubAck *pa, jsPubAckErr *pae,
 		}
 	}
 	if (j && !pa) {
-		j->pnext = sv->retry;
-		sv->retry = j;
+		retry_later(sv, j);
 		j = NULL;
 	} else if (j) {
 		sv->npublishing--;
@@ -221,22 +259,30 @@ static void send_outcome(struct server *sv, struct job *j)
 			;
 		if (*pp) {
 			*pp = j->pnext;
-			j->pnext = sv->retry;
-			sv->retry = j;
+			retry_later(sv, j);
 		}
 	}
 	pthread_mutex_unlock(&sv->lock);
 }
 
+/* Send again the outcomes whose backoff has passed. */
 static void do_retries(struct server *sv)
 {
-	struct job *j, *next;
+	struct job *j, *next, *due = NULL, **pp;
+	uint64_t now = fnats_now_ms();
 
 	pthread_mutex_lock(&sv->lock);
-	j = sv->retry;
-	sv->retry = NULL;
+	for (pp = &sv->retry; (j = *pp);) {
+		if (j->retry_at <= now) {
+			*pp = j->pnext;
+			j->pnext = due;
+			due = j;
+		} else {
+			pp = &j->pnext;
+		}
+	}
 	pthread_mutex_unlock(&sv->lock);
-	for (; j; j = next) {
+	for (j = due; j; j = next) {
 		next = j->pnext;
 		send_outcome(sv, j);
 	}
@@ -704,6 +750,13 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 	if (!sv)
 		return -ENOMEM;
 	sv->o = o;
+	if (o->stats) {
+		/* Relaxed: as in publish_outcome(). */
+		__atomic_store_n(&o->stats->outcome_publishes, 0,
+				 __ATOMIC_RELAXED);
+		__atomic_store_n(&o->stats->outcome_retries, 0,
+				 __ATOMIC_RELAXED);
+	}
 	fnats_names(o->kind, &sv->nm);
 	sv->head.next = sv->head.prev = &sv->head;
 	sv->held_tail = &sv->held;

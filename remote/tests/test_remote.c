@@ -1294,6 +1294,37 @@ static void test_publishing_kept_alive(void **state)
 	env_free(v);
 }
 
+/*
+ * FANOUT_RESULTS made to store nothing (@on false: its subject moved
+ * elsewhere, so an outcome publish finds no responder, as with the
+ * stream gone) and back (@on true).  The stream and the dispatcher's
+ * consumer stay, so the dispatcher reads on once it is back.
+ */
+static void results_stream(jsCtx *js, bool on)
+{
+	jsStreamInfo *si = NULL;
+	const char *subj[1] = {on ? "fanout.result.>" : "fanout.parked.>"};
+	jsStreamInfo *out = NULL;
+	jsErrCode jerr = 0;
+	const char **own;
+	int nown;
+
+	assert_int_equal(
+		js_GetStreamInfo(&si, js, "FANOUT_RESULTS", NULL, NULL),
+		NATS_OK);
+	/* ours only for the update: the info's own are freed with it */
+	own = si->Config->Subjects;
+	nown = si->Config->SubjectsLen;
+	si->Config->Subjects = subj;
+	si->Config->SubjectsLen = 1;
+	assert_int_equal(js_UpdateStream(&out, js, si->Config, NULL, &jerr),
+			 NATS_OK);
+	si->Config->Subjects = own;
+	si->Config->SubjectsLen = nown;
+	jsStreamInfo_Destroy(out);
+	jsStreamInfo_Destroy(si);
+}
+
 /* An in-process worker: fanout_nats_serve() on a thread. */
 struct inproc {
 	struct fanout_nats_serve_opts o;
@@ -1556,6 +1587,85 @@ static void test_publish_fails_after_accept(void **state)
 	env_free(v);
 }
 
+/*
+ * An outcome whose publish keeps failing (the results stream stores
+ * nothing for a while: no responder) is sent again with a growing wait,
+ * not on every pass of the worker's loop, and lands once, from the one
+ * run, when the stream is back.  The worker's stats count the attempts
+ * over a window of at least 4 s, four AckWaits: with the documented
+ * backoff (100 ms doubling to 2 s) at most 6 + window / 2 s of them.
+ * The worker sent it again on every pass of its loop (every 100 ms or
+ * less): dozens in 4 s.
+ */
+static void test_outcome_retry_backoff(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[] = {"late"};
+	struct fanout_nats_serve_stats wst;
+	struct inproc w = {0};
+	natsConnection *nc = NULL;
+	jsCtx *js = NULL;
+	struct fanout_event *ev;
+	struct fanout_nats_stats st;
+	long t0, window;
+	uint64_t attempts, retries;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
+	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	results_stream(js, false);
+	t0 = h_now_ms();
+	w.o = (struct fanout_nats_serve_opts){.url = v->srv.url,
+					      .kind = "t",
+					      .handler = echo_handler,
+					      .concurrency = 1,
+					      .ack_wait_ms = 1000,
+					      .stop = &w.stop,
+					      .stats = &wst};
+	assert_int_equal(pthread_create(&w.th, NULL, inproc_main, &w), 0);
+	dispatch(v, "t", pl, 1, 0);
+	/* the first attempt failed */
+	while (__atomic_load_n(&wst.outcome_retries, __ATOMIC_RELAXED) < 1) {
+		assert_true(h_now_ms() - t0 < 30000);
+		h_sleep_ms(10);
+	}
+	h_sleep_ms(4000);
+	attempts = __atomic_load_n(&wst.outcome_publishes, __ATOMIC_RELAXED);
+	retries = __atomic_load_n(&wst.outcome_retries, __ATOMIC_RELAXED);
+	window = h_now_ms() - t0;
+	assert_true(retries + 1 == attempts);
+	assert_true(attempts <= (uint64_t)(6 + window / 2000));
+	results_stream(js, true);
+	ev = one_event(v, 60000);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	assert_string_equal(ev->results[0].summary, "late");
+	assert_int_equal(ev->results[0].code, 0);
+	fanout_event_free(ev);
+	w.stop = 1;
+	assert_int_equal(pthread_join(w.th, NULL), 0);
+	assert_int_equal(w.rc, 0);
+	/* ran once: kept alive meanwhile (AckWait 1 s), not redelivered */
+	{
+		jsConsumerInfo *ci = NULL;
+
+		assert_int_equal(js_GetConsumerInfo(&ci, js, "FANOUT_T",
+						    "fanout-worker-t", NULL,
+						    NULL),
+				 NATS_OK);
+		assert_int_equal(ci->Delivered.Consumer, 1);
+		assert_int_equal(ci->NumAckPending, 0);
+		jsConsumerInfo_Destroy(ci);
+	}
+	fanout_nats_stats(v->n, &st);
+	assert_int_equal(st.results, 1);
+	assert_int_equal(st.duplicates, 0);
+	assert_int_equal(st.redelivered, 0);
+	jsCtx_Destroy(js);
+	natsConnection_Destroy(nc);
+	env_free(v);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -1585,6 +1695,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_outcome_too_big, teardown),
 		cmocka_unit_test_teardown(test_worker_engine_full, teardown),
 		cmocka_unit_test_teardown(test_publishing_kept_alive, teardown),
+		cmocka_unit_test_teardown(test_outcome_retry_backoff, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
