@@ -288,6 +288,10 @@ struct fanout_nats_serve_stats {
  *               another worker and its outcome is not sent; one that
  *               completes anyway has its outcome sent.  A child the
  *               dispatcher cancelled has its outcome sent either way.
+ *               An outcome not stored 3 s into the stop (the results
+ *               stream storing nothing, the server away) is given up:
+ *               its child is handed back (Nak) and runs again at once
+ *               on another worker, rather than after AckWait.
  *               Children that reached a busy worker (@max_held) are
  *               handed back at once, and so is any that reaches it
  *               during the stop.

@@ -836,6 +836,35 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 			usleep(10000);
 		}
 	}
+	/* Still not stored: hand the children back (Nak) so another worker
+	 * runs them now.  Left unacked, each waited out AckWait and then ran
+	 * again anyway.  Not Term: no outcome would ever reach the
+	 * dispatcher.  An outcome stored after all (its ack lost) makes the
+	 * rerun's a duplicate, stored once (same Nats-Msg-Id) or dropped by
+	 * the dispatcher: still one event. */
+	{
+		struct job *pub, *retry, *j;
+
+		pthread_mutex_lock(&sv->lock);
+		pub = sv->publishing;
+		retry = sv->retry;
+		sv->publishing = sv->retry = NULL;
+		sv->npublishing = 0;
+		pthread_mutex_unlock(&sv->lock);
+		for (j = pub; j; j = j->pnext)
+			fnats_ack(sv->nc, j->msg, FNATS_NAK);
+		for (j = retry; j; j = j->pnext)
+			fnats_ack(sv->nc, j->msg, FNATS_NAK);
+		natsConnection_FlushTimeout(sv->nc, 1000);
+		while ((j = pub)) {
+			pub = j->pnext;
+			job_free(j);
+		}
+		while ((j = retry)) {
+			retry = j->pnext;
+			job_free(j);
+		}
+	}
 	err = 0;
 out:
 	/* Closed first, as the dispatcher does (nats_dispatch.c, destroy):
@@ -851,7 +880,7 @@ out:
 		jsCtx_Destroy(sv->js);
 	if (sv->nc)
 		natsConnection_Destroy(sv->nc);
-	/* Not stored: left unacked, JetStream redelivers them. */
+	/* Only after a failed setup, when none were made. */
 	while (sv->publishing) {
 		struct job *j = sv->publishing;
 

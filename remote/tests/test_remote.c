@@ -1666,6 +1666,63 @@ static void test_outcome_retry_backoff(void **state)
 	env_free(v);
 }
 
+/*
+ * A stopping worker whose outcome could not be stored by the end of its
+ * stop wait (the results stream stores nothing) hands the child back
+ * (Nak): another worker runs it at once and its outcome is the one event.
+ * The worker once left it unacked: nothing moved it before AckWait (10
+ * minutes here), and worker 1, started once worker 0 had exited, got
+ * nothing before the test gave up.
+ */
+static void test_stop_naks_unstored(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[] = {"echo:again"};
+	natsConnection *nc = NULL;
+	jsCtx *js = NULL;
+	struct fanout_event *ev;
+	struct fanout_nats_stats st;
+	int stt;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
+	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	results_stream(js, false);
+	start_worker_ex(v, 0, "t", 1, 5, LONG_ACK_MS, 0);
+	dispatch(v, "t", pl, 1, 0);
+	assert_true(h_wait_lines(v->log[0], "D ", 1, 30000));
+	kill(v->w[0], SIGTERM);
+	assert_int_equal(waitpid(v->w[0], &stt, 0), v->w[0]);
+	v->w[0] = 0;
+	assert_true(WIFEXITED(stt) && WEXITSTATUS(stt) == 0);
+	results_stream(js, true);
+	start_worker_ex(v, 1, "t", 1, 5, LONG_ACK_MS, 0);
+	ev = one_event(v, 60000);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	assert_string_equal(ev->results[0].summary, "again");
+	fanout_event_free(ev);
+	/* worker 1 ran it, as its second delivery */
+	assert_true(h_wait_lines(v->log[1], "S ", 1, 30000));
+	assert_int_equal(h_count_lines(v->log[1], "S "), 1);
+	assert_int_equal(h_count_lines(v->log[1], "S tdisp."), 1);
+	{
+		char line[256] = "";
+		FILE *f = fopen(v->log[1], "r");
+
+		assert_non_null(f);
+		assert_non_null(fgets(line, sizeof(line), f));
+		fclose(f);
+		assert_non_null(strstr(line, " 2\n"));
+	}
+	fanout_nats_stats(v->n, &st);
+	assert_int_equal(st.results, 1);
+	assert_int_equal(st.redelivered, 1);
+	jsCtx_Destroy(js);
+	natsConnection_Destroy(nc);
+	env_free(v);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -1696,6 +1753,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_worker_engine_full, teardown),
 		cmocka_unit_test_teardown(test_publishing_kept_alive, teardown),
 		cmocka_unit_test_teardown(test_outcome_retry_backoff, teardown),
+		cmocka_unit_test_teardown(test_stop_naks_unstored, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
