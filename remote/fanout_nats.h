@@ -28,7 +28,8 @@
  *                           dispatcher's cancel notice for one child.  A
  *                           worker running it interrupts it (the handler
  *                           sees fanout_interrupted()); a worker that
- *                           pulls it later reports it -ECANCELED unrun.
+ *                           pulls it later, or holds it (busy), reports
+ *                           it -ECANCELED unrun, also when it stops.
  *                           Best effort: a worker that was not subscribed
  *                           when the notice went out runs the child.
  *   $JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>

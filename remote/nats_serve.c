@@ -28,6 +28,8 @@
  * bounds how many a slow server's late replies bring.  Beyond that each
  * is handed back at once, with a delay (FNATS_NAK_DELAYED) so that a
  * request of ours still open at the server does not take it again.
+ * One held whose dispatcher's cancel notice comes is answered -ECANCELED
+ * at once (answer_held_cancelled()).
  *
  * Stopping, it hands back what it holds and what reaches its inbox until
  * the last of its pull requests has expired at the server: a message
@@ -112,9 +114,53 @@ static bool ring_has(const struct server *sv, const char *key)
 	return false;
 }
 
+static void answer_unrun(struct server *sv, natsMsg *msg, const char *reply,
+			 const char *key, unsigned delivery);
+static bool result_subject_ok(const char *reply);
+
+/* @msg's child was cancelled by its dispatcher (a notice we recorded):
+ * answer it -ECANCELED unrun and return true; else false, @msg still
+ * the caller's. */
+static bool answer_if_cancelled(struct server *sv, natsMsg *msg)
+{
+	const char *key = NULL, *reply = NULL;
+
+	if (natsMsgHeader_Get(msg, FNATS_HDR_KEY, &key) != NATS_OK ||
+	    natsMsgHeader_Get(msg, FNATS_HDR_REPLY, &reply) != NATS_OK ||
+	    !key || !reply || strlen(key) >= FNATS_KEY_MAX ||
+	    !result_subject_ok(reply) || !ring_has(sv, key))
+		return false;
+	answer_unrun(sv, msg, reply, key, fnats_delivery(msg));
+	return true;
+}
+
+/*
+ * Held messages whose child was cancelled are answered now, not kept for
+ * a slot.  Kept, such a child was handed back when the worker stopped,
+ * and a worker that was not subscribed when the notice went out (the
+ * notice is core NATS, not stored) ran it: the dispatcher's cancel lost.
+ */
+static void answer_held_cancelled(struct server *sv)
+{
+	struct held **pp = &sv->held, *h;
+
+	while ((h = *pp)) {
+		if (!answer_if_cancelled(sv, h->msg)) {
+			pp = &h->next;
+			continue;
+		}
+		*pp = h->next;
+		if (!*pp)
+			sv->held_tail = pp;
+		sv->nheld--;
+		free(h);
+	}
+}
+
 static void drain_cancels(struct server *sv)
 {
 	natsMsg *m = NULL;
+	bool recorded = false;
 
 	while (natsSubscription_NextMsg(&m, sv->csub, 0) == NATS_OK) {
 		char key[FNATS_KEY_MAX];
@@ -136,11 +182,14 @@ static void drain_cancels(struct server *sv)
 					 "%s", key);
 				sv->ring_next =
 					(sv->ring_next + 1) % CANCEL_RING;
+				recorded = true;
 			}
 		}
 		natsMsg_Destroy(m);
 		m = NULL;
 	}
+	if (recorded && sv->held)
+		answer_held_cancelled(sv);
 }
 
 static natsStatus publish_outcome(struct server *sv, struct job *j)
@@ -517,6 +566,8 @@ static void hold_queued(struct server *sv)
 	while (fnats_pull_queued(&sv->pull, &m) == 0) {
 		struct held *h;
 
+		if (answer_if_cancelled(sv, m))
+			continue;
 		if (sv->nheld >= sv->max_held) {
 			/* an idle worker takes it; not one of our requests */
 			fnats_ack(sv->nc, m, FNATS_NAK_DELAYED);
@@ -582,10 +633,15 @@ static void hand_back_unstarted(struct server *sv)
 {
 	natsMsg *m = NULL;
 
+	/* One whose cancel notice we recorded is answered, not handed back:
+	 * the worker that would take it may not have had the notice. */
+	drain_cancels(sv);
 	while ((m = unhold(sv)))
-		nak_drop(sv, m);
+		if (!answer_if_cancelled(sv, m))
+			nak_drop(sv, m);
 	while (fnats_pull_queued(&sv->pull, &m) == 0)
-		nak_drop(sv, m);
+		if (!answer_if_cancelled(sv, m))
+			nak_drop(sv, m);
 }
 
 static int setup(struct server *sv, unsigned *conc)

@@ -1723,6 +1723,70 @@ static void test_stop_naks_unstored(void **state)
 	env_free(v);
 }
 
+/*
+ * A child held by a busy worker (its slot taken) that the dispatcher
+ * cancels is answered -ECANCELED unrun by that worker, at once, and no
+ * other worker runs it.  The cancel notice is core NATS: only workers
+ * subscribed when it goes out see it.  The worker recorded it and kept
+ * the child held; stopped, it handed the child back, and worker 1,
+ * started after the notice, ran it (delivery 2) and reported it
+ * completed.  The test waits for the cancelled child's event (the
+ * observable that worker 0 has the notice) before stopping worker 0;
+ * the old code sent none while worker 0 was busy.
+ */
+static void test_held_cancel_answered(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl_long[] = {"stopfail:long"}, *pl_b[] = {"echo:b"};
+	struct fanout_sink *sink = fanout_default_sink(v->e);
+	struct fanout_nats_stats st;
+	natsConnection *nc = NULL;
+	natsSubscription *sub;
+	jsCtx *js = NULL;
+	struct fanout_event *ev = NULL;
+	char inbox[256];
+	fanout_id long_id, b_id;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
+	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	sub = snoop_pulls(nc);
+	start_worker_ex(v, 0, "t", 1, 5, LONG_ACK_MS, 8);
+	worker_inbox(sub, inbox, sizeof(inbox));
+	long_id = dispatch(v, "t", pl_long, 1, 0);
+	assert_true(h_wait_lines(v->log[0], "S ", 1, 30000));
+	/* busy (1 of 1): b reaches its inbox and is held */
+	forge_pull(nc, inbox, 1);
+	b_id = dispatch(v, "t", pl_b, 1, 0);
+	wait_ack_pending(js, 2);
+	assert_int_equal(fanout_cancel(v->e, b_id, FANOUT_CANCEL_INTERRUPT), 0);
+	assert_int_equal(fanout_wait(sink, &ev, 30000), 0);
+	assert_true(ev->id == b_id);
+	assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+	assert_int_equal(ev->results[0].code, -ECANCELED);
+	assert_non_null(strstr(ev->results[0].error, "before a worker ran it"));
+	fanout_event_free(ev);
+	/* worker 0 stops; worker 1, which never saw the notice, gets only
+	 * the long child */
+	h_kill_wait(v->w[0], SIGTERM);
+	v->w[0] = 0;
+	start_worker_ex(v, 1, "t", 2, 5, LONG_ACK_MS, 0);
+	ev = one_event(v, 60000);
+	assert_true(ev->id == long_id);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	assert_string_equal(ev->results[0].summary, "long");
+	fanout_event_free(ev);
+	assert_int_equal(started_once_each(v->log[0]), 1);
+	assert_int_equal(started_once_each(v->log[1]), 1);
+	fanout_nats_stats(v->n, &st);
+	assert_int_equal(st.results, 2);
+	assert_int_equal(st.duplicates, 0);
+	jsCtx_Destroy(js);
+	natsConnection_Destroy(nc);
+	env_free(v);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -1754,6 +1818,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_publishing_kept_alive, teardown),
 		cmocka_unit_test_teardown(test_outcome_retry_backoff, teardown),
 		cmocka_unit_test_teardown(test_stop_naks_unstored, teardown),
+		cmocka_unit_test_teardown(test_held_cancel_answered, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
