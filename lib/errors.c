@@ -53,6 +53,10 @@
 	X(ECANCELED,                                                           \
 	  "interrupted: the delegation was cancelled or the engine "           \
 	  "shut down")                                                         \
+	X(EOVERFLOW, "the event's text (fanout_format, fanout_event_json) "    \
+		     "would be longer than INT_MAX bytes, which the return "   \
+		     "value cannot count; the buffer holds an empty string; "  \
+		     "keep the children's summaries and errors shorter")       \
 	X(EOWNERDEAD, "engine was created in the parent process before "       \
 		      "fork(); create a new engine in the child (only "        \
 		      "fanout_destroy() works on this one)")

@@ -676,9 +676,14 @@ static void format_overflow(void **state)
 
 /* ------------------------------------------------------------ strerror */
 
-static const int named[] = {EBUSY,     E2BIG,	  EINVAL,  ENOMEM,
-			    ESHUTDOWN, ELOOP,	  ENOENT,  EALREADY,
-			    EAGAIN,    ETIMEDOUT, EDEADLK, EOWNERDEAD};
+/* Every code a fanout_* call returns (fanout_format and fanout_event_json
+ * return -EOVERFLOW; fanout_worker_stats -ERANGE; a sink's eventfd
+ * -EMFILE/-ENFILE; a batch.within abandoned -ECANCELED): each has a text
+ * of its own, not the "not one fanout returns" of an unknown code. */
+static const int named[] = {EBUSY,	EINVAL,	  E2BIG,    ELOOP,  ENOMEM,
+			    ESHUTDOWN,	ENOENT,	  EALREADY, EAGAIN, ETIMEDOUT,
+			    EDEADLK,	EMFILE,	  ENFILE,   ERANGE, ECANCELED,
+			    EOWNERDEAD, EOVERFLOW};
 
 static void strerror_named_codes(void **state)
 {
