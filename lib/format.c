@@ -318,9 +318,11 @@ int fanout_event_json(const struct fanout_event *ev, char *buf, size_t len)
 	json_num(&o, ev->cost);
 	putf(&o,
 	     ",\"completed\":%u,\"errors\":%u,\"interrupted\":%u,"
-	     "\"cancelled\":%s,\"results\":[",
+	     "\"cancelled\":%s,\"timed_out\":%s,"
+	     "\"interrupted_by_policy\":%s,\"results\":[",
 	     ev->ncompleted, ev->nerror, ev->ninterrupted,
-	     ev->cancelled ? "true" : "false");
+	     ev->cancelled ? "true" : "false", ev->timed_out ? "true" : "false",
+	     ev->interrupted_by_policy ? "true" : "false");
 	for (i = 0; i < ev->nresults; i++) {
 		const struct fanout_result *r = &ev->results[i];
 

@@ -338,7 +338,15 @@ static json_t *check_json(const struct fanout_event *ev, const char **goals,
 	assert_true(json_is_boolean(json_object_get(root, "cancelled")));
 	assert_int_equal(json_is_true(json_object_get(root, "cancelled")),
 			 ev->cancelled);
-	assert_int_equal(json_object_size(root), 13);
+	assert_true(json_is_boolean(json_object_get(root, "timed_out")));
+	assert_int_equal(json_is_true(json_object_get(root, "timed_out")),
+			 ev->timed_out);
+	assert_true(json_is_boolean(
+		json_object_get(root, "interrupted_by_policy")));
+	assert_int_equal(
+		json_is_true(json_object_get(root, "interrupted_by_policy")),
+		ev->interrupted_by_policy);
+	assert_int_equal(json_object_size(root), 15);
 
 	res = json_object_get(root, "results");
 	assert_true(json_is_array(res));
@@ -674,6 +682,36 @@ static void format_overflow(void **state)
 }
 #endif
 
+/*
+ * "The same event as one JSON object": the event's flags are all there,
+ * timed_out and interrupted_by_policy included (a deadline or a policy
+ * that stopped a batch some of whose children completed leaves its status
+ * COMPLETED and error NULL; the flags are what tells).  A hand-built event
+ * (the writers read only the event), each flag alone and both.
+ */
+static void json_carries_every_flag(void **state)
+{
+	struct fanout_result res = {.index = 0,
+				    .status = FANOUT_COMPLETED,
+				    .goal = "g",
+				    .duration_ns = 1};
+	struct fanout_event ev;
+
+	for (unsigned k = 1; k < 4; k++) {
+		memset(&ev, 0, sizeof(ev));
+		ev.id = 7;
+		ev.status = FANOUT_COMPLETED;
+		ev.results = &res;
+		ev.nresults = 1;
+		ev.ncompleted = 1;
+		ev.dispatched_ns = 1;
+		ev.completed_ns = 2;
+		ev.timed_out = k & 1;
+		ev.interrupted_by_policy = (k & 2) != 0;
+		json_decref(check_json(&ev, NULL, NULL, NULL, NULL, NULL));
+	}
+}
+
 /* ------------------------------------------------------------ strerror */
 
 /* Every code a fanout_* call returns (fanout_format and fanout_event_json
@@ -759,6 +797,7 @@ int main(void)
 		TC(json_valid_and_escaped),
 		TC(json_nulls_and_statuses),
 		TC(json_cost_overflow_is_null),
+		TC(json_carries_every_flag),
 		TC(json_large_summary),
 		TC(jansson_is_strict),
 		TC(json_bad_utf8_replaced),
