@@ -38,7 +38,8 @@
 		    "in its sink")                                             \
 	X(EAGAIN, "no event waiting; poll again later or use fanout_wait / "   \
 		  "fanout_sink_fd (from fanout_create: could not start a "     \
-		  "worker thread)")                                            \
+		  "worker thread; from a dispatch or run with a deadline: "    \
+		  "could not start the engine's timer thread, retry later)")   \
 	X(ETIMEDOUT, "no event arrived within the timeout; wait again")        \
 	X(EDEADLK,                                                             \
 	  "called from a child the engine waits for (its own child, "          \

@@ -743,6 +743,12 @@ static void strerror_named_codes(void **state)
 				fail_msg("%d and %d share \"%s\"", -named[i],
 					 -named[j], m);
 	}
+	/* A code with two meanings names both: -EAGAIN is an empty sink
+	 * (poll), a worker fanout_create could not start, and the timer
+	 * thread a first deadline dispatch/run could not start. */
+	assert_contains(fanout_strerror(-EAGAIN), "no event waiting");
+	assert_contains(fanout_strerror(-EAGAIN), "worker thread");
+	assert_contains(fanout_strerror(-EAGAIN), "timer thread");
 	/* static storage: the same answer twice */
 	assert_ptr_equal(fanout_strerror(-EBUSY), fanout_strerror(-EBUSY));
 }
