@@ -721,8 +721,9 @@ FANOUT_API void fanout_destroy(struct fanout_engine *e);
  * fanout_poll()/fanout_wait() (see fanout_config.max_pending).
  *
  * Return: 0; -EINVAL (NULL @e or @batch, NULL tasks, ntasks 0, a task
- * without fn, a sink of another engine or being destroyed, an unknown bit
- * in batch->flags); -E2BIG (ntasks > max_tasks); -EBUSY (max_async
+ * without fn, a sink of another engine, an unknown bit in batch->flags;
+ * a sink being destroyed is not detected: fanout_sink_destroy() must not
+ * race calls on that sink); -E2BIG (ntasks > max_tasks); -EBUSY (max_async
  * background delegations running, the sink holding max_pending events
  * nobody has taken yet, or the work ring full; fanout_describe_error()
  * says which); -ELOOP (children would be deeper than max_depth); -ENOMEM;
