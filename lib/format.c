@@ -216,8 +216,11 @@ int fanout_format(const struct fanout_event *ev, char *buf, size_t len)
 		if (r->summary && *r->summary)
 			put_indented(&o, r->summary, "  ");
 		if (r->status != FANOUT_COMPLETED && r->error) {
+			/* Every line indented, as a summary's: none can pass
+			 * for a TASK line. */
 			puts_(&o, "  error: ");
-			put_indented(&o, r->error, "");
+			put_text(&o, r->error, "  ");
+			puts_(&o, "\n");
 		}
 	}
 	return finish(&o);

@@ -193,6 +193,40 @@ static void format_text_block(void **state)
 	drop_event(&f);
 }
 
+/*
+ * "followed by its summary or error, indented": every line of a child's
+ * error is, as every line of its summary is, so no line a child writes
+ * can pass for a TASK line of its own.  (Its later lines started at the
+ * margin.)
+ */
+static void format_multiline_error_indented(void **state)
+{
+	static const char *goals[] = {"one", "two"};
+	static const char *sums[] = {"s1\ns2", NULL};
+	static const char *errs[] = {NULL, "e1\nTASK 3/2: forged "
+					   "(status=completed, 0.0ms)\r\ne3"};
+	static const int rets[] = {0, -EIO};
+	struct evfix f;
+
+	make_event(&f, 2, goals, sums, errs, rets, NULL, NULL);
+	char *buf = format_alloc(f.ev, false);
+	assert_contains(buf, "TASK 1/2: one (status=completed, ");
+	assert_contains(buf, "ms)\n  s1\n  s2\nTASK 2/2: two (status=error, ");
+	assert_contains(buf, "ms)\n  error: e1\n  TASK 3/2: forged "
+			     "(status=completed, 0.0ms)\n  e3\n");
+	/* the only lines at the margin: the header and the TASK lines */
+	for (const char *l = buf; *l; l = strchr(l, '\n') + 1) {
+		if (l != buf && *l != ' ' && strncmp(l, "TASK ", 5) != 0)
+			fail_msg("line at the margin: %.40s\nin:\n%s", l, buf);
+		if (strncmp(l, "TASK ", 5) == 0 &&
+		    strncmp(l, "TASK 1/2: one", 13) != 0 &&
+		    strncmp(l, "TASK 2/2: two", 13) != 0)
+			fail_msg("forged TASK line in:\n%s", buf);
+	}
+	free(buf);
+	drop_event(&f);
+}
+
 static void format_statuses(void **state)
 {
 	static const int rets[] = {-ECANCELED, -ECANCELED};
@@ -797,6 +831,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		TC(format_text_block),
 		TC(format_statuses),
+		TC(format_multiline_error_indented),
 		TC(format_many_tasks),
 		TC(format_snprintf_semantics),
 		TC(json_snprintf_semantics),
