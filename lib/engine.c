@@ -247,7 +247,9 @@ static bool waits_for_caller(struct fanout_engine *e)
 	return false;
 }
 
-/* Sleep on `drained` until *word reaches want. */
+/* Sleep on `drained` until *word reaches want.  The first caller sleeps
+ * on the same eventcount for the drain, so its signallers wake every
+ * sleeper (record.c, put_signal): a wake-up taken by us is not lost to it. */
 static void wait_word(struct fanout_engine *e, _Atomic uint32_t *word,
 		      uint32_t want)
 {

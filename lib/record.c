@@ -426,11 +426,16 @@ void fanout__rec_put(struct record *rec, uint32_t n)
  * fanout__drained (after its eventcount announcement, a seq_cst RMW and
  * fence): either shutdown's load sees our RMW, or we see `shutting` and
  * signal (store-buffering; acq_rel would not forbid both missing).  While
- * shutting, every put signals: shutdown re-checks; a cold path. */
+ * shutting, every put signals: shutdown re-checks; a cold path.  It wakes
+ * every sleeper: `drained` also has later fanout_shutdown() callers asleep
+ * on it, waiting for shut_done (engine.c, wait_word), and one wake-up
+ * could go to one of them - which sleeps again - and never to the caller
+ * that waits for this drain (tests/test_shutdown.c,
+ * shutdown_twice_at_once). */
 static void put_signal(struct fanout_engine *e)
 {
 	if (atomic_load_explicit(&e->shutting, memory_order_seq_cst))
-		fq_ec_signal(&e->drained, 1);
+		fq_ec_signal(&e->drained, UINT32_MAX);
 }
 
 /* A caller drops @n units of its own (its call's, a synchronous record's,

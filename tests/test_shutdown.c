@@ -2,6 +2,7 @@
 /* test_shutdown.c - fanout_shutdown/destroy: every event delivered, refusals. */
 #include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 
 #include "common.h"
 
@@ -722,6 +723,147 @@ static void shutdown_races_dispatch(void **state)
 	fanout_destroy(e);
 }
 
+/*
+ * Two fanout_shutdown() calls at once: the second sleeps for the first to
+ * finish (shut_done) on the eventcount the first sleeps on for the drain,
+ * and the last finaliser's signal must reach the first.  It woke one
+ * sleeper only - the one queued first (futex wakes are FIFO among normal
+ * threads) - so once a signal that did not drain the engine had woken the
+ * first caller and queued it again behind the second, the last one woke
+ * the second, which went back to sleep, and both calls hung.
+ *
+ * Forced with the kernel's own view of each thread (/proc/<tid>/syscall:
+ * asleep in futex(2), and on which word), no sleeps: A shuts down while a
+ * child holds the engine; B shuts down too; both sleep on one word.  A
+ * refused dispatch (its unit put while shutting) wakes A, which finds the
+ * child still running and queues again behind B.  Then the child returns:
+ * A must come back.  If it does not, another refused dispatch wakes it, so
+ * the test fails instead of hanging.
+ */
+struct twice {
+	struct fanout_engine *e;
+	atomic_int started, interrupted, gate;
+};
+
+static int hold_fn(struct fanout_child *c, void *arg)
+{
+	struct twice *t = arg;
+	uint64_t end = mono_ms() + GATE_MS;
+
+	atomic_store(&t->started, 1);
+	while (!fanout_interrupted(c) && mono_ms() < end)
+		sleep_us(50);
+	atomic_store(&t->interrupted, 1);
+	CHECK(wait_flag(&t->gate, GATE_MS));
+	return -ECANCELED;
+}
+
+struct shutter {
+	struct twice *t;
+	atomic_int tid, done;
+};
+
+static void *shutter_thread(void *arg)
+{
+	struct shutter *s = arg;
+
+	atomic_store(&s->tid, (int)gettid());
+	CHECK(fanout_shutdown(s->t->e) == 0);
+	atomic_store(&s->done, 1);
+	return NULL;
+}
+
+/* The futex word thread @tid sleeps on (its first syscall argument), or
+ * 0 when it is not asleep in futex(2). */
+static unsigned long futex_word(int tid)
+{
+	char path[64], line[256];
+	unsigned long word = 0;
+	long nr;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", tid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (fgets(line, sizeof(line), f) &&
+	    sscanf(line, "%ld %lx", &nr, &word) == 2 && nr != SYS_futex)
+		word = 0;
+	fclose(f);
+	return word;
+}
+
+/* Wait until both shutdown callers sleep on one futex word. */
+static bool both_asleep(struct shutter *a, struct shutter *b)
+{
+	uint64_t end = mono_ms() + WAIT_MS;
+
+	for (;;) {
+		unsigned long wa = futex_word(atomic_load(&a->tid));
+
+		if (wa && wa == futex_word(atomic_load(&b->tid)))
+			return true;
+		if (mono_ms() > end)
+			return false;
+		sleep_us(100);
+	}
+}
+
+static void refused_dispatch(struct fanout_engine *e)
+{
+	struct tbatch *tb = tb_new(1);
+
+	assert_int_equal(fanout_dispatch(e, &tb->b, NULL), -ESHUTDOWN);
+	assert_int_equal(tb_runs(tb), 0);
+	tb_free(tb);
+}
+
+static void shutdown_twice_at_once(void **state)
+{
+	struct twice t = {0};
+	struct shutter a = {.t = &t}, b = {.t = &t};
+	struct fanout_task task = {.goal = "hold", .fn = hold_fn, .arg = &t};
+	struct fanout_batch batch = {.tasks = &task, .ntasks = 1};
+	pthread_t ta, tb;
+	bool came_back;
+	char path[64];
+	FILE *f;
+
+	/* A sandbox that hides /proc/<tid>/syscall cannot show who sleeps. */
+	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall",
+		 (int)gettid());
+	f = fopen(path, "r");
+	if (!f)
+		skip();
+	fclose(f);
+	t.e = NEW_ENGINE(.workers = 2, .flags = FANOUT_NO_PIN);
+	assert_int_equal(fanout_dispatch(t.e, &batch, NULL), 0);
+	/* running, so the shutdown interrupts it rather than skip it */
+	assert_true(wait_flag(&t.started, WAIT_MS));
+	ta = spawn(shutter_thread, &a);
+	assert_true(wait_flag(&t.interrupted, WAIT_MS)); /* A is draining */
+	assert_true(wait_flag(&a.tid, WAIT_MS));
+	tb = spawn(shutter_thread, &b);
+	assert_true(wait_flag(&b.tid, WAIT_MS));
+	assert_true(both_asleep(&a, &b)); /* queued: A, B */
+	refused_dispatch(t.e);		  /* wakes A: not drained yet */
+	assert_true(both_asleep(&a, &b)); /* queued: B, A */
+	assert_false(atomic_load(&a.done));
+	atomic_store(&t.gate, 1); /* the child returns: drained */
+	came_back = wait_flag(&a.done, WAIT_MS);
+	while (!atomic_load(&a.done) || !atomic_load(&b.done)) {
+		refused_dispatch(t.e); /* rescue a lost wake-up */
+		sleep_us(1000);
+	}
+	join(ta);
+	join(tb);
+	assert_true(came_back);
+	struct fanout_event *ev = must_wait(fanout_default_sink(t.e));
+	assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+	fanout_event_free(ev);
+	fanout_destroy(t.e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -738,6 +880,7 @@ int main(void)
 		TC(background_link_shutdown_allowed),
 		TC(shutdown_interrupts_sync_run),
 		TC(shutdown_races_dispatch),
+		TC(shutdown_twice_at_once),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
