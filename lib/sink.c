@@ -562,6 +562,16 @@ int fanout_sink_create(struct fanout_engine *e, struct fanout_sink **out)
 	return fanout__sink_new(e, false, out);
 }
 
+/* Plain puts, not event_release(), on purpose.  From
+ * fanout__sinks_destroy() the table is destroyed next and evicts every
+ * record.  From sink_free_rcu() the queue is empty (see "Destroy":
+ * fanout_sink_destroy() returns 0 only once every untaken event is
+ * queued, and takes them all); only a dispatch racing the destroy, which
+ * README (U04, U05) makes undefined, could leave one.  event_release()
+ * there would be wrong twice over: the callback may run inside
+ * fanout_destroy()'s rcu_barrier(), after the table and the kept ring are
+ * freed; and its evictions would go to the call_rcu thread's slot cache,
+ * which no dispatch ever takes from. */
 static void drain_and_close(struct fanout_sink *s)
 {
 	struct record *rec;

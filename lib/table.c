@@ -400,6 +400,8 @@ static struct record *slot_load(struct fanout_engine *e, fanout_id id)
 	struct fanout_table *t = e->table;
 	uint32_t slot = slot_of(e, id);
 
+	/* acquire: pairs with grow()'s release store of the count, made
+	 * after its chunk was installed: chunk_of() below finds it. */
 	if ((slot >> CHUNK_SHIFT) >=
 	    atomic_load_explicit(&t->nchunks, memory_order_acquire))
 		return NULL;
@@ -418,6 +420,7 @@ static void tomb_prefetch(struct fanout_engine *e, fanout_id id)
 	struct fanout_table *t = e->table;
 	uint32_t slot = slot_of(e, id);
 
+	/* acquire: as in slot_load(). */
 	if ((slot >> CHUNK_SHIFT) <
 	    atomic_load_explicit(&t->nchunks, memory_order_acquire))
 		__builtin_prefetch(tomb_at(t, slot));
@@ -688,6 +691,9 @@ static void walk(struct fanout_engine *e,
 		 void *arg)
 {
 	struct fanout_table *t = e->table;
+	/* acquire: pairs with grow()'s release store of the count, so the
+	 * n chunks below are installed; and each chunk's load with its
+	 * release CAS there (the zeroed chunk). */
 	uint32_t n = atomic_load_explicit(&t->nchunks, memory_order_acquire);
 
 	for (uint32_t ci = 0; ci < n; ci++) {
@@ -783,6 +789,7 @@ int fanout__table_age_slot(struct fanout_engine *e, fanout_id id, uint64_t uses)
 	uint32_t slot = slot_of(e, id);
 	_Atomic uint64_t *g;
 
+	/* acquire: as in slot_load(). */
 	if ((slot >> CHUNK_SHIFT) >=
 	    atomic_load_explicit(&t->nchunks, memory_order_acquire))
 		return -ENOENT;

@@ -443,6 +443,8 @@ static struct fq_work *spin_for_work(struct fq_worker *self, bool yield_always,
 			*saw_tokens = true;
 			return NULL;
 		}
+		/* relaxed: only ends the spin early; the acquire load before
+		 * the worker parks decides (argument 5). */
 		if (atomic_load_explicit(&q->stopping, memory_order_relaxed))
 			return NULL;
 		if ((i & 63) == 0) {
