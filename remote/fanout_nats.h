@@ -251,10 +251,14 @@ struct fanout_nats_job {
  * @outcome_publishes: outcome publish attempts, retries included.
  * @outcome_retries:   of them, those after a failed one (each waited its
  *                     backoff: fanout_nats_serve()).
+ * @outcomes_unsettled: outcomes sent or waiting to be sent again whose
+ *                     child is not acked yet (JetStream has not stored
+ *                     them); a stop waits, at most 3 s, until it is 0.
  */
 struct fanout_nats_serve_stats {
 	uint64_t outcome_publishes;
 	uint64_t outcome_retries;
+	uint64_t outcomes_unsettled;
 };
 
 /**
@@ -289,6 +293,8 @@ struct fanout_nats_serve_stats {
  *               another worker and its outcome is not sent; one that
  *               completes anyway has its outcome sent.  A child the
  *               dispatcher cancelled has its outcome sent either way.
+ *               The stop then waits for the outcomes still being
+ *               stored and returns as soon as their children are acked.
  *               An outcome not stored 3 s into the stop (the results
  *               stream storing nothing, the server away) is given up:
  *               its child is handed back (Nak) and runs again at once

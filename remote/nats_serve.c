@@ -94,7 +94,12 @@ struct server {
 	 * libnats thread, hence the lock; see fanout_nats.h THREADS). */
 	pthread_mutex_t lock;
 	struct job *publishing, *retry;
-	unsigned npublishing;
+	/* Outcomes given to send_outcome() whose child is not acked yet: on
+	 * either list, between do_retries()' lists, or in result_ack()
+	 * between the list and the ack.  A retry is the same outcome, not
+	 * one more (it was counted again at each retry and never taken
+	 * back: after one, a stop always waited its full 3 s). */
+	unsigned nunsettled;
 	/* o->stats' values; only the loop's thread publishes outcomes */
 	uint64_t n_publishes, n_retries;
 };
@@ -239,6 +244,16 @@ static natsStatus publish_outcome(struct server *sv, struct job *j)
 #define RETRY_FIRST_MS 100
 #define RETRY_MAX_MS 2000
 
+/* o->stats' outcomes_unsettled from sv->nunsettled; under sv->lock,
+ * so the last store is the last value. */
+static void note_unsettled(struct server *sv)
+{
+	/* Relaxed: as in publish_outcome(). */
+	if (sv->o->stats)
+		__atomic_store_n(&sv->o->stats->outcomes_unsettled,
+				 (uint64_t)sv->nunsettled, __ATOMIC_RELAXED);
+}
+
 /* Put @j on the retry list, not to be sent before its backoff; under
  * sv->lock. */
 static void retry_later(struct server *sv, struct job *j)
@@ -278,8 +293,6 @@ static void result_ack(jsCtx *js, natsMsg *m, jsPubAck *pa, jsPubAckErr *pae,
 	if (j && !pa) {
 		retry_later(sv, j);
 		j = NULL;
-	} else if (j) {
-		sv->npublishing--;
 	}
 	pthread_mutex_unlock(&sv->lock);
 	natsMsg_Destroy(m);
@@ -288,15 +301,21 @@ static void result_ack(jsCtx *js, natsMsg *m, jsPubAck *pa, jsPubAckErr *pae,
 	/* only now: the outcome is stored */
 	fnats_ack(sv->nc, j->msg, FNATS_ACK);
 	job_free(j);
+	/* Settled only once acked: a stop that saw 0 earlier closed the
+	 * connection (the ack lost, the child run again) and freed sv under
+	 * us.  Nothing of sv is touched after the unlock. */
+	pthread_mutex_lock(&sv->lock);
+	sv->nunsettled--;
+	note_unsettled(sv);
+	pthread_mutex_unlock(&sv->lock);
 }
 
-/* Hand @j's outcome to JetStream; result_ack() finishes the job. */
-static void send_outcome(struct server *sv, struct job *j)
+/* (Re)send @j's outcome; result_ack() finishes the job. */
+static void publish_or_retry(struct server *sv, struct job *j)
 {
 	pthread_mutex_lock(&sv->lock);
 	j->pnext = sv->publishing;
 	sv->publishing = j;
-	sv->npublishing++;
 	pthread_mutex_unlock(&sv->lock);
 	if (publish_outcome(sv, j) == NATS_OK)
 		return;
@@ -312,6 +331,17 @@ static void send_outcome(struct server *sv, struct job *j)
 		}
 	}
 	pthread_mutex_unlock(&sv->lock);
+}
+
+/* Hand @j's outcome to JetStream, counted unsettled until its child is
+ * acked. */
+static void send_outcome(struct server *sv, struct job *j)
+{
+	pthread_mutex_lock(&sv->lock);
+	sv->nunsettled++;
+	note_unsettled(sv);
+	pthread_mutex_unlock(&sv->lock);
+	publish_or_retry(sv, j);
 }
 
 /* Send again the outcomes whose backoff has passed. */
@@ -333,7 +363,7 @@ static void do_retries(struct server *sv)
 	pthread_mutex_unlock(&sv->lock);
 	for (j = due; j; j = next) {
 		next = j->pnext;
-		send_outcome(sv, j);
+		publish_or_retry(sv, j);
 	}
 }
 
@@ -812,6 +842,8 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 				 __ATOMIC_RELAXED);
 		__atomic_store_n(&o->stats->outcome_retries, 0,
 				 __ATOMIC_RELAXED);
+		__atomic_store_n(&o->stats->outcomes_unsettled, 0,
+				 __ATOMIC_RELAXED);
 	}
 	fnats_names(o->kind, &sv->nm);
 	sv->head.next = sv->head.prev = &sv->head;
@@ -885,7 +917,7 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 
 			do_retries(sv);
 			pthread_mutex_lock(&sv->lock);
-			left = sv->npublishing;
+			left = sv->nunsettled;
 			pthread_mutex_unlock(&sv->lock);
 			if (!left)
 				break;
@@ -900,17 +932,32 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 	 * the dispatcher: still one event. */
 	{
 		struct job *pub, *retry, *j;
+		unsigned left;
 
 		pthread_mutex_lock(&sv->lock);
 		pub = sv->publishing;
 		retry = sv->retry;
 		sv->publishing = sv->retry = NULL;
-		sv->npublishing = 0;
+		for (j = pub; j; j = j->pnext)
+			sv->nunsettled--;
+		for (j = retry; j; j = j->pnext)
+			sv->nunsettled--;
+		note_unsettled(sv);
 		pthread_mutex_unlock(&sv->lock);
 		for (j = pub; j; j = j->pnext)
 			fnats_ack(sv->nc, j->msg, FNATS_NAK);
 		for (j = retry; j; j = j->pnext)
 			fnats_ack(sv->nc, j->msg, FNATS_NAK);
+		/* What is left is in result_ack() between its list and its
+		 * ack, about to ack: let it, before sv and the connection
+		 * go. */
+		do {
+			pthread_mutex_lock(&sv->lock);
+			left = sv->nunsettled;
+			pthread_mutex_unlock(&sv->lock);
+			if (left)
+				usleep(1000);
+		} while (left);
 		natsConnection_FlushTimeout(sv->nc, 1000);
 		while ((j = pub)) {
 			pub = j->pnext;

@@ -1667,6 +1667,81 @@ static void test_outcome_retry_backoff(void **state)
 }
 
 /*
+ * Once an outcome whose publish failed and was retried is stored and its
+ * child acked, nothing is left for a stop to wait for: the worker's
+ * outcomes_unsettled (what its stop waits on) is back to 0.  It counted
+ * every retry as one more outcome in flight and never took it back, so
+ * after one retry it stayed above 0 for good and every later stop waited
+ * out its full 3 s bound.  Not timed: the count is the state the stop
+ * polls.
+ */
+static void test_unsettled_after_retry(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[] = {"settled"};
+	struct fanout_nats_serve_stats wst;
+	struct inproc w = {0};
+	natsConnection *nc = NULL;
+	jsCtx *js = NULL;
+	struct fanout_event *ev;
+	struct fanout_nats_stats st;
+	long t0;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
+	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	results_stream(js, false);
+	w.o = (struct fanout_nats_serve_opts){.url = v->srv.url,
+					      .kind = "t",
+					      .handler = echo_handler,
+					      .concurrency = 1,
+					      .ack_wait_ms = LONG_ACK_MS,
+					      .stop = &w.stop,
+					      .stats = &wst};
+	assert_int_equal(pthread_create(&w.th, NULL, inproc_main, &w), 0);
+	dispatch(v, "t", pl, 1, 0);
+	t0 = h_now_ms();
+	while (__atomic_load_n(&wst.outcome_retries, __ATOMIC_RELAXED) < 2) {
+		assert_true(h_now_ms() - t0 < 30000);
+		h_sleep_ms(10);
+	}
+	assert_int_equal(
+		__atomic_load_n(&wst.outcomes_unsettled, __ATOMIC_RELAXED), 1);
+	results_stream(js, true);
+	ev = one_event(v, 60000);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	assert_string_equal(ev->results[0].summary, "settled");
+	fanout_event_free(ev);
+	/* stored (the event came) and acked: nothing unsettled */
+	t0 = h_now_ms();
+	while (__atomic_load_n(&wst.outcomes_unsettled, __ATOMIC_RELAXED)) {
+		assert_true(h_now_ms() - t0 < 30000);
+		h_sleep_ms(10);
+	}
+	w.stop = 1;
+	assert_int_equal(pthread_join(w.th, NULL), 0);
+	assert_int_equal(w.rc, 0);
+	{
+		jsConsumerInfo *ci = NULL;
+
+		assert_int_equal(js_GetConsumerInfo(&ci, js, "FANOUT_T",
+						    "fanout-worker-t", NULL,
+						    NULL),
+				 NATS_OK);
+		assert_int_equal(ci->Delivered.Consumer, 1);
+		assert_int_equal(ci->NumAckPending, 0);
+		jsConsumerInfo_Destroy(ci);
+	}
+	fanout_nats_stats(v->n, &st);
+	assert_int_equal(st.results, 1);
+	assert_int_equal(st.duplicates, 0);
+	jsCtx_Destroy(js);
+	natsConnection_Destroy(nc);
+	env_free(v);
+}
+
+/*
  * A stopping worker whose outcome could not be stored by the end of its
  * stop wait (the results stream stores nothing) hands the child back
  * (Nak): another worker runs it at once and its outcome is the one event.
@@ -1819,6 +1894,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_outcome_retry_backoff, teardown),
 		cmocka_unit_test_teardown(test_stop_naks_unstored, teardown),
 		cmocka_unit_test_teardown(test_held_cancel_answered, teardown),
+		cmocka_unit_test_teardown(test_unsettled_after_retry, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
