@@ -295,6 +295,9 @@ struct fanout_nats_serve_stats {
  *               dispatcher cancelled has its outcome sent either way.
  *               The stop then waits for the outcomes still being
  *               stored and returns as soon as their children are acked.
+ *               Meanwhile (a handler slow to stop, an outcome still
+ *               being stored) the children stay kept alive, so none is
+ *               redelivered to another worker while it is still here.
  *               An outcome not stored 3 s into the stop (the results
  *               stream storing nothing, the server away) is given up:
  *               its child is handed back (Nak) and runs again at once

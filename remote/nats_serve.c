@@ -85,6 +85,8 @@ struct server {
 	struct held *held, **held_tail; /* FIFO, see the top */
 	unsigned nheld, max_held;
 	int ack_wait_ms;	/* the consumer's, as it is (setup) */
+	unsigned progress_ms;	/* keep-alive period */
+	uint64_t next_progress; /* the next keep-alive is due */
 	size_t max_payload;	/* the server's */
 	uint64_t refused_until; /* the engine refused a child: busy till */
 	bool stopping;
@@ -587,6 +589,17 @@ static void progress(struct server *sv)
 	pthread_mutex_unlock(&sv->lock);
 }
 
+/* A keep-alive, when one is due: while serving and while stopping (a
+ * handler slow to stop, an outcome still being stored), or its child was
+ * redelivered to another worker after AckWait and ran there too. */
+static void progress_if_due(struct server *sv)
+{
+	if (fnats_now_ms() < sv->next_progress)
+		return;
+	progress(sv);
+	sv->next_progress = fnats_now_ms() + sv->progress_ms;
+}
+
 /* Busy: keep what came to the inbox anyway, up to max_held (see the
  * top). */
 static void hold_queued(struct server *sv)
@@ -819,8 +832,7 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 {
 	struct server *sv;
 	unsigned conc;
-	uint64_t next_progress;
-	int progress_ms, err;
+	int err;
 
 	if (!o || !o->handler || !fnats_kind_ok(o->kind))
 		return -EINVAL;
@@ -854,10 +866,11 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 	if (err)
 		goto out;
 	sv->max_held = o->max_held ? o->max_held : conc;
-	progress_ms = o->progress_ms > 0      ? o->progress_ms :
-		      sv->ack_wait_ms / 3 > 0 ? sv->ack_wait_ms / 3 :
-						1;
-	next_progress = fnats_now_ms() + (uint64_t)progress_ms;
+	sv->progress_ms = o->progress_ms > 0 ? (unsigned)o->progress_ms :
+			  sv->ack_wait_ms / 3 > 0 ?
+					       (unsigned)sv->ack_wait_ms / 3 :
+					       1;
+	sv->next_progress = fnats_now_ms() + sv->progress_ms;
 	while (!stop_asked(sv)) {
 		drain_cancels(sv);
 		do_retries(sv);
@@ -872,10 +885,7 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 			hold_queued(sv);
 			reap(sv, 20);
 		}
-		if (fnats_now_ms() >= next_progress) {
-			progress(sv);
-			next_progress = fnats_now_ms() + (uint64_t)progress_ms;
-		}
+		progress_if_due(sv);
 	}
 	/* Stop: interrupt what runs and give it back. */
 	sv->stopping = true;
@@ -891,6 +901,7 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 	while (sv->running) {
 		hand_back_unstarted(sv);
 		reap(sv, 100);
+		progress_if_due(sv);
 	}
 	/* Until the last request we sent has expired at the server, what it
 	 * brings is handed back too (see the top). */
@@ -904,6 +915,7 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 
 		do {
 			hand_back_unstarted(sv);
+			progress_if_due(sv);
 			usleep(10000);
 		} while (fnats_now_ms() < until);
 		hand_back_unstarted(sv);
@@ -921,6 +933,7 @@ int fanout_nats_serve(const struct fanout_nats_serve_opts *o)
 			pthread_mutex_unlock(&sv->lock);
 			if (!left)
 				break;
+			progress_if_due(sv);
 			usleep(10000);
 		}
 	}

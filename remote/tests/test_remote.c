@@ -1115,6 +1115,56 @@ static void test_stop_naks_late(void **state)
 }
 
 /*
+ * A stopping worker keeps its children alive (InProgress) while it waits
+ * for them: one whose handler is slow to stop is not redelivered to
+ * another worker while it still runs here.  AckWait is 1 s; worker 0's
+ * handler saw the stop's interrupt and lingers until the test releases
+ * it, three AckWaits later.  The worker sent no keep-alive once stopping:
+ * worker 1 got the child (delivery 2) after 1 s and ran it while worker
+ * 0 still did; its outcome was the event.  Now worker 1 gets it only
+ * from worker 0's hand-back, after the release.
+ */
+static void test_stop_keeps_alive(void **state)
+{
+	struct env *v = env_new(NULL);
+	char lingerpl[PATH_MAX + 64], release[PATH_MAX + 16];
+	const char *pl[] = {lingerpl};
+	struct fanout_event *ev;
+	struct fanout_nats_stats st;
+	int stt;
+	FILE *f;
+
+	(void)state;
+	snprintf(release, sizeof(release), "%s/release", v->srv.dir);
+	snprintf(lingerpl, sizeof(lingerpl), "linger:%s:long", release);
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	start_worker_ex(v, 0, "t", 1, 5, 1000, 0);
+	dispatch(v, "t", pl, 1, 0);
+	assert_true(h_wait_lines(v->log[0], "S ", 1, 30000));
+	start_worker_ex(v, 1, "t", 1, 5, 1000, 0);
+	kill(v->w[0], SIGTERM);
+	assert_true(h_wait_lines(v->log[0], "C ", 1, 30000));
+	/* three AckWaits with worker 0 stopping, its handler running */
+	h_sleep_ms(3000);
+	assert_int_equal(h_count_lines(v->log[1], "S "), 0);
+	f = fopen(release, "w");
+	assert_non_null(f);
+	fclose(f);
+	assert_int_equal(waitpid(v->w[0], &stt, 0), v->w[0]);
+	v->w[0] = 0;
+	assert_true(WIFEXITED(stt) && WEXITSTATUS(stt) == 0);
+	ev = one_event(v, 60000);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	assert_string_equal(ev->results[0].summary, "long");
+	fanout_event_free(ev);
+	assert_int_equal(h_count_lines(v->log[1], "S "), 1);
+	fanout_nats_stats(v->n, &st);
+	assert_int_equal(st.results, 1);
+	assert_int_equal(st.duplicates, 0);
+	env_free(v);
+}
+
+/*
  * A worker started with options other than those the kind's consumer was
  * created with (here the default AckWait, 30 s, against 1 s) serves the
  * consumer as it is, and keeps its running children alive within the
@@ -1895,6 +1945,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_stop_naks_unstored, teardown),
 		cmocka_unit_test_teardown(test_held_cancel_answered, teardown),
 		cmocka_unit_test_teardown(test_unsettled_after_retry, teardown),
+		cmocka_unit_test_teardown(test_stop_keeps_alive, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
