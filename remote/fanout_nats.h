@@ -99,8 +99,10 @@ struct fanout_nats;
  *                  200 ms while the window is full, then the child is
  *                  retried by the dispatcher's thread.
  * @publish_retry_ms: how long a child whose publish keeps failing (server
- *                  down) is retried before it is finished as FANOUT_ERROR
- *                  (default 60000).
+ *                  down, the kind's stream gone) is retried before it is
+ *                  finished as FANOUT_ERROR (default 60000): sent again
+ *                  100 ms after the first failure, the wait doubled after
+ *                  each, at most 2 s; so it ends up to 2 s later.
  */
 struct fanout_nats_opts {
 	const char *const *kinds;

@@ -67,6 +67,7 @@ struct rchild {
 	uint64_t stream_seq;   /* from the publish ack, 0 before */
 	uint64_t first_pub_ms; /* first publish attempt */
 	natsStatus last_err;   /* last publish failure */
+	unsigned backoff_ms;   /* the last retry wait; 0 = never failed */
 	size_t len;
 	unsigned char payload[];
 };
@@ -75,8 +76,31 @@ struct rchild {
 struct retry {
 	struct retry *next;
 	uint64_t seq;
+	uint64_t retry_at; /* not published again before (fnats_now_ms) */
 	natsMsg *msg;
 };
+
+/*
+ * A failed publish (the kind's stream missing: no responders; the server
+ * away: no ack within MaxWait; the window full) waits before it is sent
+ * again: RETRY_FIRST_MS after the first failure, doubled after each, at
+ * most RETRY_MAX_MS, as a worker's outcome publish does (nats_serve.c).
+ * It was sent again on every pass of the dispatcher's loop (every 20 ms
+ * or less) for publish_retry_ms: hundreds of publishes per child to a
+ * server that had lost a stream.
+ */
+#define RETRY_FIRST_MS 100
+#define RETRY_MAX_MS 2000
+
+/* @r failed once more: when its message may be sent again.  Called with
+ * tbl_lock held. */
+static uint64_t retry_time(struct rchild *r)
+{
+	r->backoff_ms = !r->backoff_ms			  ? RETRY_FIRST_MS :
+			r->backoff_ms >= RETRY_MAX_MS / 2 ? RETRY_MAX_MS :
+							    r->backoff_ms * 2;
+	return fnats_now_ms() + r->backoff_ms;
+}
 
 struct fanout_nats {
 	natsConnection *nc;
@@ -270,6 +294,7 @@ static void queue_retry(struct fanout_nats *n, uint64_t seq, natsMsg *msg,
 	if (r)
 		r->last_err = why;
 	if (r && q) {
+		q->retry_at = retry_time(r);
 		q->seq = seq;
 		q->msg = msg;
 		q->next = n->retry_head;
@@ -406,6 +431,11 @@ static void do_retries(struct fanout_nats *n)
 		natsStatus why = NATS_OK;
 
 		next = q->next;
+		if (q->retry_at > now) {
+			q->next = keep;
+			keep = q;
+			continue;
+		}
 		pthread_mutex_lock(&tbl_lock);
 		r = tbl_find(q->seq);
 		expired = r && now - r->first_pub_ms > (uint64_t)n->retry_ms;
@@ -433,12 +463,20 @@ static void do_retries(struct fanout_nats *n)
 			continue;
 		}
 		atomic_fetch_add(&n->republished, 1);
-		if (publish(n, &q->msg) == NATS_OK) {
+		why = publish(n, &q->msg);
+		if (why == NATS_OK) {
 			free(q);
-		} else {
-			q->next = keep;
-			keep = q;
+			continue;
 		}
+		pthread_mutex_lock(&tbl_lock);
+		r = tbl_find(q->seq);
+		if (r) {
+			r->last_err = why;
+			q->retry_at = retry_time(r);
+		}
+		pthread_mutex_unlock(&tbl_lock);
+		q->next = keep;
+		keep = q;
 	}
 	if (keep) {
 		pthread_mutex_lock(&tbl_lock);

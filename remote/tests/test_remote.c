@@ -1791,6 +1791,81 @@ static void test_unsettled_after_retry(void **state)
 	env_free(v);
 }
 
+/* Stream @name made to store @subj (nothing a dispatcher publishes, or
+ * its own subject back), as results_stream() does for FANOUT_RESULTS. */
+static void stream_subject(jsCtx *js, const char *name, const char *subj)
+{
+	jsStreamInfo *si = NULL, *out = NULL;
+	const char *subjs[1] = {subj};
+	jsErrCode jerr = 0;
+	const char **own;
+	int nown;
+
+	assert_int_equal(js_GetStreamInfo(&si, js, name, NULL, NULL), NATS_OK);
+	own = si->Config->Subjects;
+	nown = si->Config->SubjectsLen;
+	si->Config->Subjects = subjs;
+	si->Config->SubjectsLen = 1;
+	assert_int_equal(js_UpdateStream(&out, js, si->Config, NULL, &jerr),
+			 NATS_OK);
+	si->Config->Subjects = own;
+	si->Config->SubjectsLen = nown;
+	jsStreamInfo_Destroy(out);
+	jsStreamInfo_Destroy(si);
+}
+
+/*
+ * A child whose publish keeps failing (its kind's stream stores nothing
+ * for a while: no responder) is published again with a growing wait, as
+ * a worker's outcome is, and is stored once when the stream is back.
+ * Over a window of at least 4 s, with a wait of 100 ms doubling to 2 s,
+ * at most 6 + window / 2 s attempts.  The dispatcher's thread published
+ * it again on every pass of its loop (every 20 ms or less): about 200 in
+ * 4 s, for each such child, to a server that had lost a stream.
+ */
+static void test_publish_retry_backoff(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[] = {"echo:back"};
+	natsConnection *nc = NULL;
+	jsCtx *js = NULL;
+	struct fanout_event *ev;
+	struct fanout_nats_stats st;
+	long t0, window;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
+	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	stream_subject(js, "FANOUT_T", "fanout.parked.t");
+	t0 = h_now_ms();
+	dispatch(v, "t", pl, 1, 0);
+	do {
+		assert_true(h_now_ms() - t0 < 30000);
+		h_sleep_ms(10);
+		fanout_nats_stats(v->n, &st);
+	} while (st.republished < 1);
+	h_sleep_ms(4000);
+	fanout_nats_stats(v->n, &st);
+	window = h_now_ms() - t0;
+	assert_int_equal(st.published, 0);
+	assert_true(st.republished <= (uint64_t)(6 + window / 2000));
+	stream_subject(js, "FANOUT_T", "fanout.work.t");
+	start_worker(v, 0, "t", 1, 5);
+	ev = one_event(v, 60000);
+	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
+	assert_string_equal(ev->results[0].summary, "back");
+	fanout_event_free(ev);
+	fanout_nats_stats(v->n, &st);
+	assert_int_equal(st.published, 1);
+	assert_int_equal(st.results, 1);
+	assert_int_equal(st.publish_failed, 0);
+	assert_int_equal(h_count_lines(v->log[0], "S "), 1);
+	jsCtx_Destroy(js);
+	natsConnection_Destroy(nc);
+	env_free(v);
+}
+
 /*
  * A stopping worker whose outcome could not be stored by the end of its
  * stop wait (the results stream stores nothing) hands the child back
@@ -1946,6 +2021,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_held_cancel_answered, teardown),
 		cmocka_unit_test_teardown(test_unsettled_after_retry, teardown),
 		cmocka_unit_test_teardown(test_stop_keeps_alive, teardown),
+		cmocka_unit_test_teardown(test_publish_retry_backoff, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
