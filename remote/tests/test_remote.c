@@ -1651,7 +1651,7 @@ static void test_outcome_retry_backoff(void **state)
 {
 	struct env *v = env_new(NULL);
 	const char *pl[] = {"late"};
-	struct fanout_nats_serve_stats wst;
+	struct fanout_nats_serve_stats wst = {0};
 	struct inproc w = {0};
 	natsConnection *nc = NULL;
 	jsCtx *js = NULL;
@@ -1729,7 +1729,7 @@ static void test_unsettled_after_retry(void **state)
 {
 	struct env *v = env_new(NULL);
 	const char *pl[] = {"settled"};
-	struct fanout_nats_serve_stats wst;
+	struct fanout_nats_serve_stats wst = {0};
 	struct inproc w = {0};
 	natsConnection *nc = NULL;
 	jsCtx *js = NULL;
