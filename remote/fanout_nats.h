@@ -128,7 +128,8 @@ struct fanout_nats_opts {
  * Context: blocks up to @o->connect_timeout_ms plus a few JetStream
  * requests.
  * Return: 0; -EINVAL (NULL @o or @out, no kinds, a bad kind or id, a
- * negative @o->connect_timeout_ms or @o->publish_retry_ms);
+ * negative @o->connect_timeout_ms or @o->publish_retry_ms, a @url that
+ * is empty, blank or cannot be parsed, e.g. a port that is not a number);
  * -ECONNREFUSED (no server at @url); -EPROTO (JetStream refused a stream
  * or consumer, e.g. the server was not started with -js); -ENOMEM.
  * Nothing is left behind on error.
@@ -358,7 +359,8 @@ struct fanout_nats_serve_opts {
  * Context: blocks until *@o->stop.
  * Return: 0 after a stop; -EINVAL (NULL @o, no handler, a bad kind, a
  * negative @ack_wait_ms, @max_deliver or @progress_ms, a @progress_ms not
- * below the consumer's AckWait);
+ * below the consumer's AckWait, a @url that is empty, blank or cannot be
+ * parsed);
  * -ECONNREFUSED (no server at first); -EPROTO (JetStream refused the
  * stream or consumer); -ENOMEM; or a fanout_create() error.
  */

@@ -10,6 +10,7 @@
  * with code a decimal int, cost a %.17g double, lengths decimal.  The
  * lengths make the body binary-safe (a summary may hold anything).
  */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -104,6 +105,17 @@ int fnats_connect(const char *url, int timeout_ms, const char *name,
 
 	*nc = NULL;
 	*js = NULL;
+	/* Empty or blank: libnats 3.4.1 trims a blank URL to a length of -1
+	 * and corrupts the heap (ASan: negative-size-param in nats_Trim); an
+	 * empty one was freed twice in a test process. */
+	if (url) {
+		const char *c = url;
+
+		while (isspace((unsigned char)*c))
+			c++;
+		if (!*c)
+			return -EINVAL;
+	}
 	s = natsOptions_Create(&opts);
 	if (s == NATS_OK)
 		s = natsOptions_SetURL(opts, url ? url : FNATS_DEFAULT_URL);
@@ -135,6 +147,11 @@ int fnats_connect(const char *url, int timeout_ms, const char *name,
 	natsOptions_Destroy(opts);
 	if (s != NATS_OK) {
 		*nc = NULL;
+		/* A URL libnats cannot parse (a port that is not a number, an
+		 * empty string) is the caller's mistake, not a server that is
+		 * not there. */
+		if (s == NATS_INVALID_ARG)
+			return -EINVAL;
 		return fnats_errno(s) == -ENOMEM ? -ENOMEM : -ECONNREFUSED;
 	}
 	if (jo) {

@@ -1518,6 +1518,13 @@ static void test_bad_input(void **state)
 	snprintf(url, sizeof(url), "nats://127.0.0.1:%d", h_free_port());
 	assert_int_equal(open_disp(v, url, 0), -ECONNREFUSED);
 	assert_null(v->n);
+	/* a URL libnats cannot parse: once -ECONNREFUSED, as if no server
+	 * listened there */
+	assert_int_equal(open_disp(v, "nats://127.0.0.1:abc", 0), -EINVAL);
+	assert_int_equal(open_disp(v, "", 0), -EINVAL);
+	/* blank: libnats 3.4.1 corrupted the heap (the process aborted) */
+	assert_int_equal(open_disp(v, " ", 0), -EINVAL);
+	assert_null(v->n);
 	assert_int_equal(fanout_nats_open(v->srv.url, &o, &n2), -EINVAL);
 	assert_int_equal(fanout_nats_open(v->srv.url, NULL, &n2), -EINVAL);
 	assert_null(n2);
@@ -1567,6 +1574,12 @@ static void test_bad_input(void **state)
 			so.ack_wait_ms = 0; /* default 30000 */
 			so.progress_ms = 30000;
 			assert_int_equal(fanout_nats_serve(&so), -EINVAL);
+			so.progress_ms = 0;
+			so.url = "nats://127.0.0.1:abc";
+			assert_int_equal(fanout_nats_serve(&so), -EINVAL);
+			so.url = "\t";
+			assert_int_equal(fanout_nats_serve(&so), -EINVAL);
+			so.url = v->srv.url;
 		}
 	}
 	assert_int_equal(open_disp(v, NULL, 0), 0);
