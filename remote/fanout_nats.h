@@ -152,7 +152,9 @@ FANOUT_API int fanout_nats_open(const char *url,
  * return value, summary, error and cost), or FANOUT_ERROR when the
  * publish keeps failing for publish_retry_ms or the child exhausts
  * MaxDeliver.  A cancel with FANOUT_CANCEL_INTERRUPT, a deadline or a
- * join policy sends a cancel notice to the worker.
+ * join policy sends a cancel notice to the worker; a child JetStream has
+ * not stored yet (its publish failing, retried) is not published any
+ * more, and ends -ECANCELED if the library still waits for it.
  *
  * A remote child waiting for its outcome counts against the engine's
  * max_children (default 64) like any deferred child: raise it to keep

@@ -427,7 +427,7 @@ static void do_retries(struct fanout_nats *n)
 	pthread_mutex_unlock(&tbl_lock);
 	for (; q; q = next) {
 		struct rchild *r;
-		bool expired;
+		bool expired, cancelled;
 		natsStatus why = NATS_OK;
 
 		next = q->next;
@@ -439,11 +439,27 @@ static void do_retries(struct fanout_nats *n)
 		pthread_mutex_lock(&tbl_lock);
 		r = tbl_find(q->seq);
 		expired = r && now - r->first_pub_ms > (uint64_t)n->retry_ms;
+		/* Its delegation was interrupted (a cancel, its deadline, a
+		 * join policy) while its publish was unconfirmed (not stored,
+		 * or the ack lost): nobody waits for its outcome, and the
+		 * cancel notice is already gone, so a worker that was not
+		 * subscribed then would run it.  If it was stored after all,
+		 * a worker's outcome is a duplicate. */
+		cancelled = r && fanout_pending_interrupted(r->p);
 		if (r)
 			why = r->last_err;
 		pthread_mutex_unlock(&tbl_lock);
 		if (!r) { /* finished meanwhile */
 			natsMsg_Destroy(q->msg);
+			free(q);
+			continue;
+		}
+		if (cancelled) {
+			natsMsg_Destroy(q->msg);
+			if ((r = take(q->seq)))
+				finish(r, -ECANCELED,
+				       "remote child: cancelled before "
+				       "JetStream confirmed storing it");
 			free(q);
 			continue;
 		}

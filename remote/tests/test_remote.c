@@ -1880,6 +1880,56 @@ static void test_publish_retry_backoff(void **state)
 }
 
 /*
+ * A child whose publish kept failing (its kind's stream storing nothing)
+ * and whose delegation ended meanwhile (its deadline) is not published
+ * when the stream is back: nobody waits for its outcome.  The dispatcher
+ * published it at its next retry all the same, and a worker that was not
+ * subscribed when the cancel notice went out (started after it) ran it;
+ * its outcome was a duplicate.  Now the record leaves in_flight without
+ * the stream ever storing the child.
+ */
+static void test_retry_of_cancelled_dropped(void **state)
+{
+	struct env *v = env_new(NULL);
+	const char *pl[] = {"echo:late"};
+	natsConnection *nc = NULL;
+	jsCtx *js = NULL;
+	jsStreamInfo *si = NULL;
+	struct fanout_event *ev;
+	struct fanout_nats_stats st;
+	long t0;
+
+	(void)state;
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
+	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	stream_subject(js, "FANOUT_T", "fanout.parked.t");
+	dispatch(v, "t", pl, 1, 300ull * 1000000);
+	ev = one_event(v, 60000);
+	assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+	assert_int_equal(ev->results[0].code, -ETIMEDOUT);
+	fanout_event_free(ev);
+	stream_subject(js, "FANOUT_T", "fanout.work.t");
+	start_worker(v, 0, "t", 1, 5);
+	t0 = h_now_ms();
+	do {
+		assert_true(h_now_ms() - t0 < 30000);
+		h_sleep_ms(10);
+		fanout_nats_stats(v->n, &st);
+	} while (st.in_flight);
+	assert_int_equal(st.published, 0);
+	assert_int_equal(st.duplicates, 0);
+	assert_int_equal(js_GetStreamInfo(&si, js, "FANOUT_T", NULL, NULL),
+			 NATS_OK);
+	assert_int_equal(si->State.LastSeq, 0); /* never stored */
+	jsStreamInfo_Destroy(si);
+	assert_int_equal(h_count_lines(v->log[0], "S "), 0);
+	jsCtx_Destroy(js);
+	natsConnection_Destroy(nc);
+	env_free(v);
+}
+
+/*
  * A stopping worker whose outcome could not be stored by the end of its
  * stop wait (the results stream stores nothing) hands the child back
  * (Nak): another worker runs it at once and its outcome is the one event.
@@ -2035,6 +2085,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_unsettled_after_retry, teardown),
 		cmocka_unit_test_teardown(test_stop_keeps_alive, teardown),
 		cmocka_unit_test_teardown(test_publish_retry_backoff, teardown),
+		cmocka_unit_test_teardown(test_retry_of_cancelled_dropped,
+					  teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
