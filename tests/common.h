@@ -431,36 +431,66 @@ static inline struct timespec realtime_in_ms(unsigned ms)
 	return ts;
 }
 
-/* Call @fn with the id and name of every thread of this process, until it
- * returns true (threads that exit meanwhile are skipped). */
-static inline void
-each_thread(bool (*fn)(pid_t tid, const char *name, void *arg), void *arg)
+/* The ids of this process's threads, up to @cap, in /proc's order. */
+static inline size_t list_tids(pid_t *tids, size_t cap)
 {
 	DIR *d = opendir("/proc/self/task");
 	struct dirent *de;
+	size_t n = 0;
 
 	assert_non_null(d);
-	while ((de = readdir(d))) {
-		char path[300], comm[32] = "";
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.' && n < cap)
+			tids[n++] = (pid_t)atoi(de->d_name);
+	closedir(d);
+	return n;
+}
+
+/* Call @fn with the id and name of every thread of this process, until it
+ * returns true (threads that exit meanwhile are skipped).  A thread that
+ * exits while /proc/self/task is read ends the kernel's walk early, and
+ * the read resumes by position, one past a live thread: a thread that
+ * pthread_join() has returned for is still being unlinked.  So the
+ * listing is read until two readings 1 ms apart agree (bounded), and only
+ * then are the names read. */
+static inline void
+each_thread(bool (*fn)(pid_t tid, const char *name, void *arg), void *arg)
+{
+	enum { CAP = 4096 };
+	pid_t *a = calloc(CAP, sizeof(*a)), *b = calloc(CAP, sizeof(*b));
+	size_t na, nb, i;
+
+	assert_non_null(a);
+	assert_non_null(b);
+	na = list_tids(a, CAP);
+	for (i = 0; i < 1000; i++) {
+		sleep_ms(1); /* longer than a dying thread stays in the walk */
+		nb = list_tids(b, CAP);
+		if (nb == na && !memcmp(a, b, na * sizeof(*a)))
+			break;
+		memcpy(a, b, nb * sizeof(*a));
+		na = nb;
+	}
+	for (i = 0; i < na; i++) {
+		char path[64], comm[32] = "";
 		bool stop = false;
 		FILE *f;
 
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
-			 de->d_name);
+		snprintf(path, sizeof(path), "/proc/self/task/%d/comm",
+			 (int)a[i]);
 		f = fopen(path, "r");
 		if (!f) /* the thread exited meanwhile */
 			continue;
 		if (fgets(comm, sizeof(comm), f)) {
 			comm[strcspn(comm, "\n")] = '\0';
-			stop = fn((pid_t)atoi(de->d_name), comm, arg);
+			stop = fn(a[i], comm, arg);
 		}
 		fclose(f);
 		if (stop)
 			break;
 	}
-	closedir(d);
+	free(a);
+	free(b);
 }
 
 /* Does @hay contain @needle?  (assert helper with a readable message) */
