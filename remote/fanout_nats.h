@@ -292,7 +292,9 @@ struct fanout_nats_serve_stats {
  *               (default the consumer's AckWait / 3), so AckWait expires
  *               only for a dead worker; must be below that AckWait.
  * @stop:        the call returns soon after *@stop becomes non-zero (set
- *               it from a signal handler).  Children running then are
+ *               it from a signal handler, or from another thread with
+ *               __atomic_store_n(stop, 1, __ATOMIC_RELAXED): a plain
+ *               store there is a data race).  Children running then are
  *               interrupted; each that does not complete (returns
  *               -ECANCELED, or any other error) is handed back (Nak) for
  *               another worker and its outcome is not sent; one that

@@ -108,7 +108,9 @@ struct server {
 
 static bool stop_asked(const struct server *sv)
 {
-	return sv->o->stop && *sv->o->stop;
+	/* relaxed: the flag carries no data, only "stop soon"; atomic so that
+	 * another thread's __atomic_store_n (fanout_nats.h) is no race. */
+	return sv->o->stop && __atomic_load_n(sv->o->stop, __ATOMIC_RELAXED);
 }
 
 static bool ring_has(const struct server *sv, const char *key)

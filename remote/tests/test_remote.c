@@ -1479,7 +1479,7 @@ static void test_worker_engine_full(void **state)
 	assert_int_equal(ev->results[0].status, FANOUT_COMPLETED);
 	assert_string_equal(ev->results[0].summary, "held");
 	fanout_event_free(ev);
-	w.stop = 1;
+	__atomic_store_n(&w.stop, 1, __ATOMIC_RELAXED);
 	pthread_join(w.th, NULL);
 	assert_int_equal(w.rc, 0);
 	assert_int_equal(fanout_wait(wsink, &ev, 60000), 0); /* blocker's */
@@ -1705,7 +1705,7 @@ static void test_outcome_retry_backoff(void **state)
 	assert_string_equal(ev->results[0].summary, "late");
 	assert_int_equal(ev->results[0].code, 0);
 	fanout_event_free(ev);
-	w.stop = 1;
+	__atomic_store_n(&w.stop, 1, __ATOMIC_RELAXED);
 	assert_int_equal(pthread_join(w.th, NULL), 0);
 	assert_int_equal(w.rc, 0);
 	/* ran once: kept alive meanwhile (AckWait 1 s), not redelivered */
@@ -1782,7 +1782,7 @@ static void test_unsettled_after_retry(void **state)
 		assert_true(h_now_ms() - t0 < 30000);
 		h_sleep_ms(10);
 	}
-	w.stop = 1;
+	__atomic_store_n(&w.stop, 1, __ATOMIC_RELAXED);
 	assert_int_equal(pthread_join(w.th, NULL), 0);
 	assert_int_equal(w.rc, 0);
 	{
