@@ -181,6 +181,9 @@ FANOUT_API int fanout_nats_task(struct fanout_nats *n, const char *kind,
 /**
  * fanout_nats_task_discard() - release a task fanout_nats_task() made
  * that was never dispatched.  NULL or a task not made by it: no-op.
+ * Not after fanout_nats_close() of the dispatcher that made it: close
+ * frees the tasks still made and undispatched, so a discard then frees
+ * freed memory.
  */
 FANOUT_API void fanout_nats_task_discard(struct fanout_task *t);
 
