@@ -67,6 +67,20 @@ static int open_disp(struct env *v, const char *url, int retry_ms)
 	return fanout_nats_open(url ? url : v->srv.url, &o, &v->n);
 }
 
+/* The test's own connection and JetStream context, to look at or change
+ * the server's streams and consumers beside the library's. */
+static void js_connect(const struct env *v, natsConnection **nc, jsCtx **js)
+{
+	assert_int_equal(natsConnection_ConnectTo(nc, v->srv.url), NATS_OK);
+	assert_int_equal(natsConnection_JetStream(js, *nc, NULL), NATS_OK);
+}
+
+static void js_disconnect(natsConnection *nc, jsCtx *js)
+{
+	jsCtx_Destroy(js);
+	natsConnection_Destroy(nc);
+}
+
 /* A remote-test-worker as worker @i; @max_held 0 = the default. */
 static void start_worker_ex(struct env *v, int i, const char *kind, int conc,
 			    int max_deliver, int ack_wait_ms, int max_held)
@@ -728,8 +742,7 @@ static void test_busy_inbox_kept(void **state)
 
 	(void)state;
 	assert_int_equal(open_disp(v, NULL, 0), 0);
-	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
-	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	js_connect(v, &nc, &js);
 	assert_int_equal(natsConnection_SubscribeSync(&sub, nc, next), NATS_OK);
 	assert_int_equal(natsConnection_Flush(nc), NATS_OK);
 	start_worker(v, 0, "t", 1, 5);
@@ -792,8 +805,7 @@ static void test_busy_inbox_kept(void **state)
 	assert_true(h_wait_lines(v->log[0], "D ", 2, 30000));
 	assert_int_equal(h_count_lines(v->log[0], "S "), 2);
 	assert_int_equal(h_count_lines(v->log[1], "S "), 0);
-	jsCtx_Destroy(js);
-	natsConnection_Destroy(nc);
+	js_disconnect(nc, js);
 	env_free(v);
 }
 
@@ -918,8 +930,7 @@ static void test_busy_inbox_overflow(void **state)
 
 	(void)state;
 	assert_int_equal(open_disp(v, NULL, 0), 0);
-	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
-	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	js_connect(v, &nc, &js);
 	sub = snoop_pulls(nc);
 	start_worker_ex(v, 0, "t", 1, 5, LONG_ACK_MS, 1);
 	worker_inbox(sub, inbox, sizeof(inbox));
@@ -968,8 +979,7 @@ static void test_busy_inbox_overflow(void **state)
 	fanout_nats_stats(v->n, &st);
 	assert_int_equal(st.results, 5);
 	assert_int_equal(st.duplicates, 0);
-	jsCtx_Destroy(js);
-	natsConnection_Destroy(nc);
+	js_disconnect(nc, js);
 	env_free(v);
 }
 
@@ -997,8 +1007,7 @@ static void test_stop_naks_held(void **state)
 
 	(void)state;
 	assert_int_equal(open_disp(v, NULL, 0), 0);
-	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
-	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	js_connect(v, &nc, &js);
 	sub = snoop_pulls(nc);
 	start_worker_ex(v, 0, "t", 1, 5, LONG_ACK_MS, 8);
 	worker_inbox(sub, inbox, sizeof(inbox));
@@ -1036,8 +1045,7 @@ static void test_stop_naks_held(void **state)
 	fanout_nats_stats(v->n, &st);
 	assert_int_equal(st.results, 4);
 	assert_int_equal(st.duplicates, 0);
-	jsCtx_Destroy(js);
-	natsConnection_Destroy(nc);
+	js_disconnect(nc, js);
 	env_free(v);
 }
 
@@ -1069,8 +1077,7 @@ static void test_stop_naks_late(void **state)
 	snprintf(release, sizeof(release), "%s/release", v->srv.dir);
 	snprintf(lingerpl, sizeof(lingerpl), "linger:%s:long", release);
 	assert_int_equal(open_disp(v, NULL, 0), 0);
-	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
-	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	js_connect(v, &nc, &js);
 	sub = snoop_pulls(nc);
 	start_worker_ex(v, 0, "t", 1, 5, LONG_ACK_MS, 0);
 	worker_inbox(sub, inbox, sizeof(inbox));
@@ -1109,8 +1116,7 @@ static void test_stop_naks_late(void **state)
 	}
 	assert_int_equal(started_once_each(v->log[0]), 1);
 	assert_int_equal(started_once_each(v->log[1]), 2);
-	jsCtx_Destroy(js);
-	natsConnection_Destroy(nc);
+	js_disconnect(nc, js);
 	env_free(v);
 }
 
@@ -1184,8 +1190,7 @@ static void test_worker_other_options(void **state)
 
 	(void)state;
 	assert_int_equal(open_disp(v, NULL, 0), 0);
-	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
-	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	js_connect(v, &nc, &js);
 	/* worker 0 creates the consumer (AckWait 1 s) and stops */
 	start_worker(v, 0, "t", 1, 5);
 	t0 = h_now_ms();
@@ -1214,8 +1219,7 @@ static void test_worker_other_options(void **state)
 	assert_int_equal(h_count_lines(v->log[1], "S ") +
 				 h_count_lines(v->log[2], "S "),
 			 1);
-	jsCtx_Destroy(js);
-	natsConnection_Destroy(nc);
+	js_disconnect(nc, js);
 	env_free(v);
 }
 
@@ -1239,8 +1243,7 @@ static void test_foreign_work_refused(void **state)
 
 	(void)state;
 	assert_int_equal(open_disp(v, NULL, 0), 0); /* makes the streams */
-	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
-	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	js_connect(v, &nc, &js);
 	assert_int_equal(
 		natsMsg_Create(&m, "fanout.work.t", NULL, "echo:bad", 8),
 		NATS_OK);
@@ -1256,8 +1259,7 @@ static void test_foreign_work_refused(void **state)
 	fanout_event_free(ev);
 	/* the good child alone ran */
 	assert_int_equal(h_count_lines(v->log[0], "S "), 1);
-	jsCtx_Destroy(js);
-	natsConnection_Destroy(nc);
+	js_disconnect(nc, js);
 	env_free(v);
 }
 
@@ -1324,8 +1326,7 @@ static void test_publishing_kept_alive(void **state)
 
 	(void)state;
 	assert_int_equal(open_disp(v, NULL, 0), 0);
-	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
-	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	js_connect(v, &nc, &js);
 	start_worker(v, 0, "t", 1, 5);
 	start_worker(v, 1, "t", 1, 5);
 	dispatch(v, "t", pl, 1, 0);
@@ -1339,8 +1340,7 @@ static void test_publishing_kept_alive(void **state)
 	assert_int_equal(h_count_lines(v->log[0], "S ") +
 				 h_count_lines(v->log[1], "S "),
 			 1);
-	jsCtx_Destroy(js);
-	natsConnection_Destroy(nc);
+	js_disconnect(nc, js);
 	env_free(v);
 }
 
@@ -1439,8 +1439,7 @@ static void test_worker_engine_full(void **state)
 	(void)state;
 	atomic_store(&blocker_go, false);
 	assert_int_equal(open_disp(v, NULL, 0), 0);
-	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
-	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	js_connect(v, &nc, &js);
 	assert_int_equal(fanout_create(&cfg, &we), 0);
 	assert_int_equal(fanout_sink_create(we, &wsink), 0);
 	bb.sink = wsink;
@@ -1486,8 +1485,7 @@ static void test_worker_engine_full(void **state)
 	fanout_event_free(ev);
 	fanout_shutdown(we);
 	fanout_destroy(we);
-	jsCtx_Destroy(js);
-	natsConnection_Destroy(nc);
+	js_disconnect(nc, js);
 	env_free(v);
 }
 
@@ -1675,8 +1673,7 @@ static void test_outcome_retry_backoff(void **state)
 
 	(void)state;
 	assert_int_equal(open_disp(v, NULL, 0), 0);
-	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
-	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	js_connect(v, &nc, &js);
 	results_stream(js, false);
 	t0 = h_now_ms();
 	w.o = (struct fanout_nats_serve_opts){.url = v->srv.url,
@@ -1724,8 +1721,7 @@ static void test_outcome_retry_backoff(void **state)
 	assert_int_equal(st.results, 1);
 	assert_int_equal(st.duplicates, 0);
 	assert_int_equal(st.redelivered, 0);
-	jsCtx_Destroy(js);
-	natsConnection_Destroy(nc);
+	js_disconnect(nc, js);
 	env_free(v);
 }
 
@@ -1752,8 +1748,7 @@ static void test_unsettled_after_retry(void **state)
 
 	(void)state;
 	assert_int_equal(open_disp(v, NULL, 0), 0);
-	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
-	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	js_connect(v, &nc, &js);
 	results_stream(js, false);
 	w.o = (struct fanout_nats_serve_opts){.url = v->srv.url,
 					      .kind = "t",
@@ -1799,8 +1794,7 @@ static void test_unsettled_after_retry(void **state)
 	fanout_nats_stats(v->n, &st);
 	assert_int_equal(st.results, 1);
 	assert_int_equal(st.duplicates, 0);
-	jsCtx_Destroy(js);
-	natsConnection_Destroy(nc);
+	js_disconnect(nc, js);
 	env_free(v);
 }
 
@@ -1848,8 +1842,7 @@ static void test_publish_retry_backoff(void **state)
 
 	(void)state;
 	assert_int_equal(open_disp(v, NULL, 0), 0);
-	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
-	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	js_connect(v, &nc, &js);
 	stream_subject(js, "FANOUT_T", "fanout.parked.t");
 	t0 = h_now_ms();
 	dispatch(v, "t", pl, 1, 0);
@@ -1874,8 +1867,7 @@ static void test_publish_retry_backoff(void **state)
 	assert_int_equal(st.results, 1);
 	assert_int_equal(st.publish_failed, 0);
 	assert_int_equal(h_count_lines(v->log[0], "S "), 1);
-	jsCtx_Destroy(js);
-	natsConnection_Destroy(nc);
+	js_disconnect(nc, js);
 	env_free(v);
 }
 
@@ -1901,8 +1893,7 @@ static void test_retry_of_cancelled_dropped(void **state)
 
 	(void)state;
 	assert_int_equal(open_disp(v, NULL, 0), 0);
-	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
-	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	js_connect(v, &nc, &js);
 	stream_subject(js, "FANOUT_T", "fanout.parked.t");
 	dispatch(v, "t", pl, 1, 300ull * 1000000);
 	ev = one_event(v, 60000);
@@ -1924,8 +1915,7 @@ static void test_retry_of_cancelled_dropped(void **state)
 	assert_int_equal(si->State.LastSeq, 0); /* never stored */
 	jsStreamInfo_Destroy(si);
 	assert_int_equal(h_count_lines(v->log[0], "S "), 0);
-	jsCtx_Destroy(js);
-	natsConnection_Destroy(nc);
+	js_disconnect(nc, js);
 	env_free(v);
 }
 
@@ -1949,8 +1939,7 @@ static void test_stop_naks_unstored(void **state)
 
 	(void)state;
 	assert_int_equal(open_disp(v, NULL, 0), 0);
-	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
-	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	js_connect(v, &nc, &js);
 	results_stream(js, false);
 	start_worker_ex(v, 0, "t", 1, 5, LONG_ACK_MS, 0);
 	dispatch(v, "t", pl, 1, 0);
@@ -1981,8 +1970,7 @@ static void test_stop_naks_unstored(void **state)
 	fanout_nats_stats(v->n, &st);
 	assert_int_equal(st.results, 1);
 	assert_int_equal(st.redelivered, 1);
-	jsCtx_Destroy(js);
-	natsConnection_Destroy(nc);
+	js_disconnect(nc, js);
 	env_free(v);
 }
 
@@ -2012,8 +2000,7 @@ static void test_held_cancel_answered(void **state)
 
 	(void)state;
 	assert_int_equal(open_disp(v, NULL, 0), 0);
-	assert_int_equal(natsConnection_ConnectTo(&nc, v->srv.url), NATS_OK);
-	assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+	js_connect(v, &nc, &js);
 	sub = snoop_pulls(nc);
 	start_worker_ex(v, 0, "t", 1, 5, LONG_ACK_MS, 8);
 	worker_inbox(sub, inbox, sizeof(inbox));
@@ -2045,8 +2032,7 @@ static void test_held_cancel_answered(void **state)
 	fanout_nats_stats(v->n, &st);
 	assert_int_equal(st.results, 2);
 	assert_int_equal(st.duplicates, 0);
-	jsCtx_Destroy(js);
-	natsConnection_Destroy(nc);
+	js_disconnect(nc, js);
 	env_free(v);
 }
 
