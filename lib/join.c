@@ -97,8 +97,6 @@ static const char *code_text(int code)
 
 	if (code == -ECANCELED)
 		return "interrupted";
-	if (code == -ETIMEDOUT)
-		return "the delegation's deadline passed";
 	if (code > 0)
 		return "child returned a positive value (reported as an error)";
 	/* INT_MIN has no positive counterpart (negating it is undefined):
@@ -360,10 +358,16 @@ enum fanout_status fanout__set_outcome(struct record *rec, unsigned i,
 	uint32_t cancel =
 		atomic_load_explicit(&rec->cancel, memory_order_relaxed);
 
-	if (cancel & CANCEL_TIMEDOUT) /* not finished by the deadline */
-		rc = -ETIMEDOUT;
-	r->code = rc;
-	if (rc == 0) {
+	if (cancel & CANCEL_TIMEDOUT) { /* not finished by the deadline */
+		r->code = -ETIMEDOUT;
+		r->status = FANOUT_INTERRUPTED;
+		if (rec->owned[i] & OWN_ERROR) {
+			fanout__str_free(r->error);
+			rec->owned[i] = 0;
+		}
+		r->error = "the delegation's deadline passed";
+	} else if (rc == 0) {
+		r->code = 0;
 		r->status = FANOUT_COMPLETED;
 		/* An error string set, then completed anyway: drop it. */
 		if (rec->owned[i] & OWN_ERROR) {
@@ -371,17 +375,13 @@ enum fanout_status fanout__set_outcome(struct record *rec, unsigned i,
 			rec->owned[i] = 0;
 		}
 		r->error = NULL;
-	} else if (rc == -ECANCELED || rc == -ETIMEDOUT) {
-		r->status = FANOUT_INTERRUPTED;
-		if (rc == -ETIMEDOUT && (rec->owned[i] & OWN_ERROR)) {
-			fanout__str_free(r->error);
-			rec->owned[i] = 0;
-			r->error = NULL;
-		}
-		if (!r->error || rc == -ETIMEDOUT)
-			r->error = code_text(rc);
 	} else {
-		r->status = FANOUT_ERROR;
+		/* Only -ECANCELED is an interrupt: a child's own -ETIMEDOUT
+		 * (a connect that timed out) is an error like any other, as
+		 * enum fanout_status says; the deadline is the case above. */
+		r->code = rc;
+		r->status =
+			rc == -ECANCELED ? FANOUT_INTERRUPTED : FANOUT_ERROR;
 		if (!r->error)
 			r->error = code_text(rc);
 	}

@@ -753,6 +753,80 @@ static void timer_thread_not_inherited(void **state)
 	fanout_destroy(is.e);
 }
 
+/*
+ * A child's own -ETIMEDOUT (a connect or read that timed out), with no
+ * deadline on the batch, is an error like any other negative errno
+ * (fanout.h, enum fanout_status): FANOUT_ERROR, its own error text kept,
+ * and FANOUT_JOIN_FIRST_ERROR stops the rest.  It was reported
+ * FANOUT_INTERRUPTED, its text replaced by "the delegation's deadline
+ * passed", and the policy never fired.
+ */
+static int own_timeout_fn(struct fanout_child *c, void *arg)
+{
+	CHECK(fanout_set_error(c, "connect: timed out") == 0);
+	return -ETIMEDOUT;
+}
+
+static int own_timeout_bare_fn(struct fanout_child *c, void *arg)
+{
+	return -ETIMEDOUT;
+}
+
+static void assert_own_timeout(const struct fanout_result *r, const char *error)
+{
+	assert_int_equal(r->status, FANOUT_ERROR);
+	assert_int_equal(r->code, -ETIMEDOUT);
+	assert_non_null(r->error);
+	assert_string_equal(r->error, error);
+}
+
+static void child_own_etimedout_is_error(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct fanout_event *ev;
+	atomic_int started = 0;
+
+	/* a synchronous child, with and without a text of its own */
+	struct fanout_task t[2] = {{"own", own_timeout_fn, NULL},
+				   {"bare", own_timeout_bare_fn, NULL}};
+	struct fanout_batch b = {.tasks = t, .ntasks = 2};
+	assert_int_equal(fanout_run(e, &b, &ev), 0);
+	check_shape(ev, 2);
+	assert_false(ev->timed_out);
+	assert_int_equal(ev->status, FANOUT_ERROR);
+	assert_own_timeout(&ev->results[0], "connect: timed out");
+	assert_own_timeout(&ev->results[1], strerror(ETIMEDOUT));
+	fanout_event_free(ev);
+
+	/* a deferred child completed with -ETIMEDOUT and its text */
+	struct mbatch *mb = mb_new(1);
+	mb->d[0].o = (struct fanout_outcome){.code = -ETIMEDOUT,
+					     .error = "read: timed out"};
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	assert_int_equal(dc_complete(&mb->d[0]), 0);
+	ev = must_wait(fanout_default_sink(e));
+	assert_true(ev->id == id);
+	check_shape(ev, 1);
+	assert_false(ev->timed_out);
+	assert_own_timeout(&ev->results[0], "read: timed out");
+	fanout_event_free(ev);
+	mb_free(mb);
+
+	/* FIRST_ERROR: the child's -ETIMEDOUT is the first error */
+	struct fanout_task t2[2] = {{"own", own_timeout_fn, NULL},
+				    {"spin", spin_fn, &started}};
+	struct fanout_batch b2 = {
+		.tasks = t2, .ntasks = 2, .join = FANOUT_JOIN_FIRST_ERROR};
+	assert_int_equal(fanout_run(e, &b2, &ev), 0);
+	check_shape(ev, 2);
+	assert_false(ev->timed_out);
+	assert_true(ev->interrupted_by_policy);
+	assert_own_timeout(&ev->results[0], "connect: timed out");
+	assert_int_equal(ev->results[1].status, FANOUT_INTERRUPTED);
+	fanout_event_free(ev);
+	fanout_destroy(e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -769,6 +843,7 @@ int main(void)
 		TC(far_deadline_destroy),
 		TC(deadline_cancel_complete_race),
 		TC(timer_thread_not_inherited),
+		TC(child_own_etimedout_is_error),
 	};
 	tc_filters();
 	return cmocka_run_group_tests(tests, NULL, NULL);
