@@ -225,6 +225,12 @@ struct record {
 	/* A: claimed ranges handed back for want of a place (join.c) */
 	_Atomic(struct leftover *) leftovers;
 	_Atomic uint32_t ncompleted; /* A: completed children (QUORUM) */
+	/* A: a child ended interrupted with CANCEL_POLICY in the cancel
+	 * word (skipped, abandoned, or returned -ECANCELED after it): the
+	 * policy stopped something (event->interrupted_by_policy).  Set
+	 * once, before the setter's release on `remaining`, as for
+	 * `irregular`. */
+	_Atomic bool policy_stopped;
 	/* A: ring tokens not submitted yet (FANOUT_RUNNERS_ON_DEMAND), each
 	 * with its ring credit and record reference taken (join.c). */
 	_Atomic uint32_t held;
@@ -615,6 +621,18 @@ static inline void fanout__mark_irregular(struct record *rec)
 {
 	if (!atomic_load_explicit(&rec->irregular, memory_order_relaxed))
 		atomic_store_explicit(&rec->irregular, true,
+				      memory_order_relaxed);
+}
+
+/* A child of @rec ended interrupted while the cancel word held @cancel:
+ * if its join policy had interrupted the delegation, the policy stopped
+ * something.  relaxed: as fanout__mark_irregular (read by the finaliser
+ * after the join's acquire); loaded first so only the first one writes. */
+static inline void fanout__mark_policy(struct record *rec, uint32_t cancel)
+{
+	if ((cancel & CANCEL_POLICY) &&
+	    !atomic_load_explicit(&rec->policy_stopped, memory_order_relaxed))
+		atomic_store_explicit(&rec->policy_stopped, true,
 				      memory_order_relaxed);
 }
 

@@ -191,8 +191,12 @@ static void finalise(struct record *rec, bool local, bool *ref,
 	ev->cancelled = (cancel & CANCEL_BY_CALLER) != 0;
 	ev->timed_out = (cancel & CANCEL_TIMEDOUT) != 0;
 	/* Only when the policy stopped something: a quorum reached by the
-	 * last child interrupted nothing. */
-	ev->interrupted_by_policy = (cancel & CANCEL_POLICY) && ni;
+	 * last child interrupted nothing, and a child interrupted before
+	 * (by itself, a cancel) was not the policy's.  relaxed: after the
+	 * join's acquire (see fanout__mark_policy). */
+	ev->interrupted_by_policy = (cancel & CANCEL_POLICY) &&
+				    atomic_load_explicit(&rec->policy_stopped,
+							 memory_order_relaxed);
 	if (nc) {
 		ev->status = FANOUT_COMPLETED;
 		ev->error = NULL;
@@ -313,6 +317,7 @@ static void skip_child(struct record *rec, unsigned i, uint32_t cancel)
 	r->cost = 0;
 	r->code = fanout__interrupt_code(cancel); /* owned[i] stays 0 */
 	fanout__mark_irregular(rec);
+	fanout__mark_policy(rec, cancel);
 }
 
 /*
@@ -387,6 +392,8 @@ enum fanout_status fanout__set_outcome(struct record *rec, unsigned i,
 	}
 	if (r->status != FANOUT_COMPLETED)
 		fanout__mark_irregular(rec);
+	if (r->status == FANOUT_INTERRUPTED)
+		fanout__mark_policy(rec, cancel);
 	return r->status;
 }
 

@@ -105,6 +105,7 @@ static void abandon(struct fanout_pending *p, uint32_t cancel)
 	r->code = fanout__interrupt_code(cancel);
 	r->status = FANOUT_INTERRUPTED;
 	fanout__mark_irregular(rec);
+	fanout__mark_policy(rec, cancel);
 	r->error = cancel & CANCEL_TIMEDOUT ?
 			   "abandoned: the delegation's deadline passed" :
 			   "abandoned: the delegation was interrupted";

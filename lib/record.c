@@ -507,9 +507,9 @@ struct record *fanout__rec_alloc(struct fanout_engine *e,
 				 size_t goals)
 {
 	/* Head fields the memset below leaves 0/NULL/false: pendings,
-	 * deferring, npending, places, parked, ncompleted, spilled,
-	 * has_kids, parent_id, deadline, dl_next; the caller sets what it
-	 * needs. */
+	 * deferring, npending, places, parked, ncompleted, policy_stopped,
+	 * spilled, has_kids, parent_id, deadline, dl_next; the caller sets
+	 * what it needs. */
 	struct fanout_child *cur = fanout__current();
 	bool borrow = b->flags & FANOUT_BORROW_TASKS;
 	unsigned n = b->ntasks, ntask_slots = borrow ? 0 : b->ntasks, i;

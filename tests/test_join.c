@@ -426,6 +426,52 @@ static void policies_on_dispatch_sync(void **state)
 	fanout_destroy(e);
 }
 
+/*
+ * The policy met by the last child to finish stops nothing, even when an
+ * earlier child was interrupted by something else (it returned -ECANCELED
+ * on its own): interrupted_by_policy stays false ("its join policy
+ * interrupted the remaining children").  It was true whenever any child
+ * had ended interrupted.  ANY, QUORUM and FIRST_ERROR alike.
+ */
+static void policy_met_last_after_own_interrupt(void **state)
+{
+	static const unsigned joins[] = {FANOUT_JOIN_ANY, FANOUT_JOIN_QUORUM,
+					 FANOUT_JOIN_FIRST_ERROR};
+	struct fanout_engine *e = eng2();
+
+	for (unsigned k = 0; k < 3; k++) {
+		struct mbatch *mb = mb_new(3);
+		struct fanout_info info;
+
+		mb_sync(mb, 0)->ret = -ECANCELED; /* its own, no cancel */
+		mb->b.join = joins[k];
+		mb->b.quorum = joins[k] == FANOUT_JOIN_QUORUM ? 2 : 0;
+		/* the deciding child (1) is completed last, after 2 */
+		mb->d[1].o.code =
+			joins[k] == FANOUT_JOIN_FIRST_ERROR ? -EIO : 0;
+		mb->d[2].o.code = 0;
+		if (joins[k] == FANOUT_JOIN_ANY)
+			mb->d[2].o.code = -EIO; /* ANY: errors do not count */
+		fanout_id id = must_dispatch_b(e, &mb->b);
+		assert_true(wait_flag(&mb->pr[0].finished, WAIT_MS));
+		assert_non_null(dc_wait(&mb->d[1]));
+		assert_int_equal(dc_complete(&mb->d[2]), 0);
+		WAIT_INFO(e, id, info, info.ndone == 2);
+		assert_int_equal(info.status, FANOUT_RUNNING);
+		assert_int_equal(dc_complete(&mb->d[1]), 0);
+		struct fanout_event *ev = must_wait(fanout_default_sink(e));
+		assert_true(ev->id == id);
+		check_shape(ev, 3);
+		assert_int_equal(ev->ninterrupted, 1);
+		assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+		assert_false(ev->cancelled);
+		assert_false(ev->interrupted_by_policy);
+		fanout_event_free(ev);
+		mb_free(mb);
+	}
+	fanout_destroy(e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -439,6 +485,7 @@ int main(void)
 		TC(join_bad_input),
 		TC(policies_on_run),
 		TC(policies_on_dispatch_sync),
+		TC(policy_met_last_after_own_interrupt),
 	};
 	tc_filters();
 	return cmocka_run_group_tests(tests, NULL, NULL);
