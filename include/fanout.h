@@ -1047,8 +1047,9 @@ FANOUT_API struct fanout_pending *fanout_defer(struct fanout_child *c);
  * (deadline, cancel with FANOUT_CANCEL_ABANDON, join policy, shutdown):
  * nothing changes and @p is released all the same; -EINVAL (NULL @p, a bad
  * @o: -EINPROGRESS, NaN/negative/infinite cost, summary over 16 MiB or
- * NULL with a non-zero length; @p is NOT released then and the call can be
- * repeated with a good outcome); -ENOMEM (copying the strings failed: the
+ * NULL with a non-zero length, an error over 16 MiB with a non-zero @code
+ * (with @code 0 it is not read); @p is NOT released then and the call can
+ * be repeated with a good outcome); -ENOMEM (copying the strings failed: the
  * child is finished anyway, as ERROR with code -ENOMEM; @p is released).
  */
 FANOUT_API int fanout_complete(struct fanout_pending *p,

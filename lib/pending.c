@@ -196,11 +196,15 @@ struct fanout_pending *fanout_defer(struct fanout_child *c)
 	return p;
 }
 
+/* @error is ignored when @code is 0 (fanout.h), so it is not even read
+ * then: a stale or unterminated pointer beside a success is no -EINVAL
+ * (which would leave the child unfinished for a caller that ignores it). */
 static bool bad_outcome(const struct fanout_outcome *o)
 {
 	return o->code == -EINPROGRESS || !isfinite(o->cost) || o->cost < 0 ||
 	       (!o->summary && o->summary_len) || o->summary_len > MAX_TEXT ||
-	       (o->error && strnlen(o->error, MAX_TEXT + 1) > MAX_TEXT);
+	       (o->code && o->error &&
+		strnlen(o->error, MAX_TEXT + 1) > MAX_TEXT);
 }
 
 int fanout_complete(struct fanout_pending *p, const struct fanout_outcome *o)
