@@ -297,10 +297,15 @@ int fanout_pending_on_cancel(struct fanout_pending *p,
 		return -EALREADY; /* finished meanwhile: fn will not run */
 	}
 	/* The child was not finished at the RMW above, so its record is not
-	 * freed before we unlock. */
+	 * freed before we unlock.  seq_cst: the load of the "Callbacks" pair,
+	 * after our RMW of PEND_CB, against an interrupter's fetch_or of the
+	 * cancel bits and its load of `state` (maybe_run_cb). */
 	cancel = atomic_load_explicit(&p->rec->cancel, memory_order_seq_cst);
 	if (cancel & FANOUT_CANCEL_INTERRUPT) {
 		s |= PEND_CB;
+		/* acq_rel: the PEND_RUN claim, as in maybe_run_cb: one
+		 * claimant in the RMW order of `state`, against an
+		 * interrupter's claim and a finisher's PEND_DONE. */
 		while (!(s & (PEND_RUN | PEND_DONE)) &&
 		       !atomic_compare_exchange_weak_explicit(
 			       &p->state, &s, s | PEND_RUN,

@@ -10,10 +10,13 @@
  * empties it, with one exchange, so there is no ABA).  The timer thread
  * copies {deadline, id} into its private min-heap and drops the reference.
  * The pusher wakes the timer when its deadline is the earliest, or every
- * TIMER_BATCH pushes: a record is pinned for at most that many deadline
- * dispatches, not until its deadline, the wake-up costs one futex call per
+ * TIMER_BATCH pushes: a record is pinned (its block kept, even after its
+ * event was freed) until the timer next wakes - at most TIMER_BATCH
+ * deadline dispatches later, or at the earliest deadline in the heap,
+ * whichever comes first: not until its own deadline, but up to an earlier
+ * one's when few dispatches follow.  The wake-up costs one futex call per
  * TIMER_BATCH dispatches, and a record that finishes early leaves only 16
- * bytes in the heap.
+ * bytes in the heap once taken.
  *
  * Firing.  When an entry is due, the timer looks the id up in the table
  * under the RCU read lock and interrupts the record with
@@ -153,8 +156,9 @@ static void compact(struct fanout_timer *t)
 
 static void take_inbox(struct fanout_timer *t)
 {
-	/* acquire: pairs with the pushers' release CAS (their deadline and
-	 * id are written before). */
+	/* acquire (seq_cst includes it): pairs with the pushers' seq_cst
+	 * CAS, the release of their records (deadline and id written
+	 * before). */
 	struct record *rec =
 		atomic_exchange_explicit(&t->inbox, NULL, memory_order_seq_cst);
 	uint32_t taken = 0;
