@@ -59,6 +59,31 @@ static void logline(const char *what, const char *key, unsigned delivery)
 	pthread_mutex_unlock(&log_lock);
 }
 
+/* stopfail and linger on a redelivery: complete at once with @text. */
+static bool redelivered(struct fanout_child *c,
+			const struct fanout_nats_job *job, const char *text)
+{
+	if (job->delivery <= 1)
+		return false;
+	fanout_set_summary(c, text, strlen(text));
+	logline("D", job->key, job->delivery);
+	return true;
+}
+
+/* Wait (at most 60 s) until the child is interrupted, then log "C". */
+static void until_interrupted(struct fanout_child *c,
+			      const struct fanout_nats_job *job)
+{
+	struct timespec t0, now;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		usleep(5000);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+	} while (!fanout_interrupted(c) && now.tv_sec - t0.tv_sec < 60);
+	logline("C", job->key, job->delivery);
+}
+
 static int handler(struct fanout_child *c, void *arg)
 {
 	const struct fanout_nats_job *job = arg;
@@ -101,19 +126,9 @@ static int handler(struct fanout_child *c, void *arg)
 	} else if (!strncmp(buf, "cost:", 5)) {
 		fanout_add_cost(c, strtod(buf + 5, NULL));
 	} else if (!strncmp(buf, "stopfail:", 9)) {
-		struct timespec t0, now;
-
-		if (job->delivery > 1) {
-			fanout_set_summary(c, buf + 9, strlen(buf + 9));
-			logline("D", job->key, job->delivery);
+		if (redelivered(c, job, buf + 9))
 			return 0;
-		}
-		clock_gettime(CLOCK_MONOTONIC, &t0);
-		do {
-			usleep(5000);
-			clock_gettime(CLOCK_MONOTONIC, &now);
-		} while (!fanout_interrupted(c) && now.tv_sec - t0.tv_sec < 60);
-		logline("C", job->key, job->delivery);
+		until_interrupted(c, job);
 		fanout_set_error(c, "stopped mid-run");
 		rc = -EIO;
 	} else if (!strncmp(buf, "linger:", 7)) {
@@ -126,17 +141,9 @@ static int handler(struct fanout_child *c, void *arg)
 			return -EINVAL;
 		}
 		*text++ = '\0';
-		if (job->delivery > 1) {
-			fanout_set_summary(c, text, strlen(text));
-			logline("D", job->key, job->delivery);
+		if (redelivered(c, job, text))
 			return 0;
-		}
-		clock_gettime(CLOCK_MONOTONIC, &t0);
-		do {
-			usleep(5000);
-			clock_gettime(CLOCK_MONOTONIC, &now);
-		} while (!fanout_interrupted(c) && now.tv_sec - t0.tv_sec < 60);
-		logline("C", job->key, job->delivery);
+		until_interrupted(c, job);
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		do {
 			usleep(5000);
