@@ -1082,7 +1082,8 @@ FANOUT_API int fanout_pending_on_cancel(struct fanout_pending *p,
 /**
  * fanout_pending_interrupted() - has the child's delegation been
  * interrupted (cancel with INTERRUPT, deadline, policy, shutdown, tree)?
- * Cost: two loads.  NULL -> false.  Valid until fanout_complete(@p).
+ * Cost: two loads inside an RCU read-side section (a fence on entry).
+ * NULL -> false.  Valid until fanout_complete(@p).
  */
 FANOUT_API bool fanout_pending_interrupted(const struct fanout_pending *p);
 
