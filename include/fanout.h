@@ -995,7 +995,8 @@ FANOUT_API struct fanout_child *fanout_current_child(void);
  *               description of @code.  Ignored when @code is 0.
  * @cost:        the child's cost (finite, >= 0).
  * The outcome replaces the summary, error and cost the child set before
- * it deferred.
+ * it deferred; what fanout_pending_add_cost() added is added to @cost
+ * (a sum that overflows is DBL_MAX).
  */
 struct fanout_outcome {
 	int code;
@@ -1086,6 +1087,29 @@ FANOUT_API int fanout_pending_on_cancel(struct fanout_pending *p,
  * NULL -> false.  Valid until fanout_complete(@p).
  */
 FANOUT_API bool fanout_pending_interrupted(const struct fanout_pending *p);
+
+/**
+ * fanout_pending_add_cost() - add to a pending child's cost.
+ * @p: a pending child, not yet passed to fanout_complete().
+ * @x: finite, >= 0.
+ *
+ * For work a pending child pays for while it runs (tokens of a call in
+ * flight): what this adds goes into the child's cost when it is finished
+ * - on top of the outcome's @cost by fanout_complete(), on top of what the
+ * child set before deferring when the library finishes it (deadline,
+ * cancel with FANOUT_CANCEL_ABANDON, join policy, shutdown).  An addition
+ * racing that finish is either in the event or refused with -EALREADY,
+ * never lost.  The one caller that must not race it is fanout_complete()
+ * on the same @p, which releases @p.
+ *
+ * Context: any thread; never blocks.
+ * Memory ordering: none (the cost is published with the event).
+ * Return: 0; -EINVAL (NULL @p, @x NaN, infinite or negative, or a sum
+ * that would not be finite: nothing changes); -EALREADY (the child is
+ * finished - the library finished it - so its cost is final: nothing
+ * changes).
+ */
+FANOUT_API int fanout_pending_add_cost(struct fanout_pending *p, double x);
 
 /** fanout_pending_index() - the child's task index (0 for NULL). */
 FANOUT_API unsigned fanout_pending_index(const struct fanout_pending *p);

@@ -149,6 +149,9 @@ struct fanout_pending {
 	void *cb_arg;					 /* H */
 	_Atomic uint32_t state;				 /* A: PEND_* */
 	_Atomic uint32_t refs;				 /* A */
+	/* A: fanout_pending_add_cost()'s sum, as double bits; the finisher
+	 * swaps in PEND_COST_TAKEN (see pending.c, "Cost"). */
+	_Atomic uint64_t cost_bits;
 };
 
 /*

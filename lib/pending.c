@@ -32,6 +32,13 @@
  * stays valid until it returns even if a completer finishes the child
  * meanwhile and the record is freed (Lifetime).
  *
+ * Cost.  fanout_pending_add_cost() adds to cost_bits by CAS, only while it
+ * is not PEND_COST_TAKEN (a NaN pattern: no sum of finite costs has it);
+ * the finisher, once it has won try_finish, swaps PEND_COST_TAKEN in and
+ * counts what it took.  The CAS and the swap are RMWs on one location, so
+ * each addition comes before the swap (taken, so in the event) or after
+ * it (refused with -EALREADY): none is lost.
+ *
  * Lifetime.  refs = 2: the record's (put when the record is freed after a
  * grace period, rec_free_rcu in record.c) and the completer's (put by
  * fanout_complete whatever it returns).  The record is read through p only
@@ -44,11 +51,13 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
 #define MAX_TEXT (16u << 20)
 #define PEND_CBW 0x8u /* a registration is under way (cb being written) */
+#define PEND_COST_TAKEN UINT64_MAX /* cost_bits once the child finished */
 
 void fanout__pending_put(struct fanout_pending *p)
 {
@@ -74,6 +83,20 @@ static bool try_finish(struct fanout_pending *p)
 		&p->state, &s, s | PEND_DONE, memory_order_seq_cst,
 		memory_order_relaxed));
 	return true;
+}
+
+/* The winner of try_finish: base plus what fanout_pending_add_cost() added,
+ * which no addition can join any more (see "Cost"); DBL_MAX if the sum
+ * overflows. */
+static double take_cost(struct fanout_pending *p, double base)
+{
+	/* relaxed: only the RMW order on cost_bits matters ("Cost"); the
+	 * sum is published with the child's slot by the join. */
+	uint64_t b = atomic_exchange_explicit(&p->cost_bits, PEND_COST_TAKEN,
+					      memory_order_relaxed);
+	double sum = base + fanout__bits_to_double(b);
+
+	return isfinite(sum) ? sum : DBL_MAX;
 }
 
 /* The winner's tail: count, give the place back, apply the join policy,
@@ -110,6 +133,7 @@ static void abandon(struct fanout_pending *p, uint32_t cancel)
 			   "abandoned: the delegation's deadline passed" :
 			   "abandoned: the delegation was interrupted";
 	r->duration_ns = fanout__child_ns(rec, p->t0);
+	r->cost = take_cost(p, r->cost);
 	fanout__cost_add(rec, r->cost);
 	FANOUT_PROBE_CHILD_DONE(p->id, p->index, FANOUT_INTERRUPTED,
 				r->duration_ns);
@@ -171,6 +195,7 @@ struct fanout_pending *fanout_defer(struct fanout_child *c)
 	p->cb_arg = NULL;
 	atomic_init(&p->state, 0);
 	atomic_init(&p->refs, 2);
+	atomic_init(&p->cost_bits, 0); /* +0.0 */
 	c->pending = p;
 	/* relaxed (all three): the place and the count are RMWs whose order
 	 * alone matters; `deferring` is a mode hint for the runners. */
@@ -255,8 +280,8 @@ int fanout_complete(struct fanout_pending *p, const struct fanout_outcome *o)
 	rec->owned[p->index] = err ? OWN_ERROR : 0;
 	if (sum || err)
 		fanout__mark_strings(rec);
-	r->cost = o->cost;
-	fanout__cost_add(rec, o->cost);
+	r->cost = take_cost(p, o->cost);
+	fanout__cost_add(rec, r->cost);
 	r->duration_ns = fanout__child_ns(rec, p->t0);
 	st = fanout__set_outcome(rec, p->index, r, code);
 	FANOUT_PROBE_COMPLETE(p->id, p->index, r->code);
@@ -350,6 +375,30 @@ bool fanout_pending_interrupted(const struct fanout_pending *p)
 		    FANOUT_CANCEL_INTERRUPT;
 	fanout__read_unlock();
 	return v;
+}
+
+int fanout_pending_add_cost(struct fanout_pending *p, double x)
+{
+	uint64_t old;
+
+	if (!p || !isfinite(x) || x < 0)
+		return -EINVAL;
+	/* relaxed (load and CAS): only the RMW order on cost_bits matters,
+	 * against take_cost()'s swap ("Cost"); nothing else is published. */
+	old = atomic_load_explicit(&p->cost_bits, memory_order_relaxed);
+	do {
+		double sum;
+
+		if (old == PEND_COST_TAKEN)
+			return -EALREADY;
+		sum = fanout__bits_to_double(old) + x;
+		if (!isfinite(sum))
+			return -EINVAL; /* the sum would not be finite */
+		if (atomic_compare_exchange_weak_explicit(
+			    &p->cost_bits, &old, fanout__double_to_bits(sum),
+			    memory_order_relaxed, memory_order_relaxed))
+			return 0;
+	} while (true);
 }
 
 unsigned fanout_pending_index(const struct fanout_pending *p)

@@ -196,6 +196,7 @@ int fanout_complete(struct fanout_pending *p, const struct fanout_outcome *o);
 bool fanout_pending_interrupted(const struct fanout_pending *p);
 unsigned fanout_pending_index(const struct fanout_pending *p);
 fanout_id fanout_pending_id(const struct fanout_pending *p);
+int fanout_pending_add_cost(struct fanout_pending *p, double x);
 """ if HAVE_DEFER else ""),
 }
 

@@ -6,7 +6,9 @@
 #include "defer.h"
 #include "points.h"
 
+#include <float.h>
 #include <limits.h>
+#include <math.h>
 
 static struct fanout_engine *eng2(void)
 {
@@ -620,6 +622,86 @@ static void abandon_then_complete_ealready(void **state)
 	assert_no_event(fanout_default_sink(e));
 	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT),
 			 -EALREADY);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/*
+ * fanout_pending_add_cost: what a pending child pays while it runs is in
+ * the event whoever finishes it - fanout_complete (on top of the outcome's
+ * cost) or the library (abandon, on top of the cost set before deferring)
+ * - and an addition after the library finished it is refused, not lost.
+ */
+static void pending_add_cost_counted_or_refused(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(2);
+	struct fanout_info info;
+
+	mb->d[0].pre_cost = 0.5;
+	mb->d[1].pre_cost = 0.25;
+	mb->d[1].o = (struct fanout_outcome){.code = 0, .cost = 4.0};
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_pending *p0 = dc_wait(&mb->d[0]);
+	struct fanout_pending *p1 = dc_wait(&mb->d[1]);
+	assert_non_null(p0);
+	assert_non_null(p1);
+	/* bad input changes nothing */
+	assert_int_equal(fanout_pending_add_cost(NULL, 1.0), -EINVAL);
+	assert_int_equal(fanout_pending_add_cost(p0, -1.0), -EINVAL);
+	assert_int_equal(fanout_pending_add_cost(p0, NAN), -EINVAL);
+	assert_int_equal(fanout_pending_add_cost(p0, INFINITY), -EINVAL);
+	assert_int_equal(fanout_pending_add_cost(p0, DBL_MAX), 0);
+	assert_int_equal(fanout_pending_add_cost(p0, DBL_MAX), -EINVAL);
+	assert_int_equal(fanout_pending_add_cost(p1, 1.0), 0);
+	assert_int_equal(fanout_pending_add_cost(p1, 2.0), 0);
+	/* completed: outcome cost + what was added */
+	assert_int_equal(fanout_complete(p1, &mb->d[1].o), 0);
+	assert_int_equal(fanout_lookup(e, id, &info), 0);
+	assert_float_equal(info.cost, 7.0, 1e-12);
+	/* abandoned: the cost set before deferring + what was added */
+	assert_int_equal(
+		fanout_cancel(e, id,
+			      FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON),
+		0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	check_shape(ev, 2);
+	assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+	assert_float_equal(ev->results[0].cost, DBL_MAX, 0);
+	assert_int_equal(ev->results[1].status, FANOUT_COMPLETED);
+	assert_float_equal(ev->results[1].cost, 7.0, 1e-12);
+	/* finished by the library: refused, and p is still valid */
+	assert_int_equal(fanout_pending_add_cost(p0, 1.0), -EALREADY);
+	assert_int_equal(fanout_pending_add_cost(p0, -1.0), -EINVAL);
+	assert_int_equal(fanout_complete(p0, NULL), -EALREADY);
+	fanout_event_free(ev);
+	fanout_destroy(e);
+	mb_free(mb);
+}
+
+/* A small cost, abandoned: pre-defer cost + the additions, in the event. */
+static void pending_add_cost_abandoned_is_counted(void **state)
+{
+	struct fanout_engine *e = eng2();
+	struct mbatch *mb = mb_new(1);
+
+	mb->d[0].pre_cost = 0.5;
+	fanout_id id = must_dispatch_b(e, &mb->b);
+	struct fanout_pending *p = dc_wait(&mb->d[0]);
+	assert_non_null(p);
+	assert_int_equal(fanout_pending_add_cost(p, 1.25), 0);
+	assert_int_equal(
+		fanout_cancel(e, id,
+			      FANOUT_CANCEL_INTERRUPT | FANOUT_CANCEL_ABANDON),
+		0);
+	struct fanout_event *ev = must_wait(fanout_default_sink(e));
+	check_shape(ev, 1);
+	assert_int_equal(ev->results[0].status, FANOUT_INTERRUPTED);
+	assert_float_equal(ev->results[0].cost, 1.75, 1e-12);
+	assert_float_equal(ev->cost, 1.75, 1e-12);
+	assert_int_equal(fanout_pending_add_cost(p, 1.0), -EALREADY);
+	assert_int_equal(fanout_complete(p, NULL), -EALREADY);
+	fanout_event_free(ev);
 	fanout_destroy(e);
 	mb_free(mb);
 }
@@ -2147,6 +2229,8 @@ int main(void)
 		TC(defer_many_exactly_once),
 		TC(abandon_then_complete_ealready),
 		TC(abandon_complete_after_prune),
+		TC(pending_add_cost_counted_or_refused),
+		TC(pending_add_cost_abandoned_is_counted),
 		TC(abandon_complete_after_destroy),
 		TC(on_cancel_once_on_interrupter),
 		TC(on_cancel_at_once_if_interrupted),

@@ -303,27 +303,38 @@ class ChildContext:
     def add_cost(self, x):
         """Add x (finite, >= 0) to the child's cost.  ValueError, and the
         cost is unchanged, for a bad x or when the sum would overflow.
-        RuntimeError, changing nothing, once the child has ended (a thread
-        it started may outlive it): its cost went into the event when it
-        completed, and a later addition would be lost without a word."""
+        RuntimeError, changing nothing, once the child has ended: it
+        returned (a thread it started may outlive it), or the library
+        finished it (cancel with abandon, deadline, join policy, close)
+        while its code still runs.  Its cost is in the event then, and a
+        later addition would be lost without a word."""
         x = float(x)
         if not math.isfinite(x) or x < 0:
             raise ValueError("cost must be finite and >= 0")
         c = self._child
-        # c.lock: _complete sets c.done and reads c.cost under it, so an
-        # addition either makes it into the outcome or sees c.done.
+        # c.lock: _complete sets c.done and releases c.p under it, so c.p
+        # is valid here.  The pending child holds the sum
+        # (fanout_pending_add_cost), and whoever finishes it - _complete's
+        # fanout_complete or the library's abandon - takes it: an
+        # addition is counted or refused, never lost.
         with c.lock:
             if c.done:
                 raise RuntimeError(
                     f"fanout: child {c.index} of {_fmt_id(c.id)} has "
                     f"ended; its cost is final (add_cost({x!r}) ignored)")
-            total = c.cost + x
-            if not math.isfinite(total):
-                raise ValueError(f"the child's cost would overflow "
-                                 f"({c.cost!r} + {x!r})")
             if _test_point is not None:
                 _test_point("add_cost", c)
-            c.cost = total
+            rc = lib.fanout_pending_add_cost(c.p, x)
+            if rc == -_errno.EALREADY:
+                raise RuntimeError(
+                    f"fanout: child {c.index} of {_fmt_id(c.id)} was "
+                    f"abandoned (cancel with abandon, deadline, join "
+                    f"policy or close): its event is out and its cost is "
+                    f"final (add_cost({x!r}) ignored)")
+            if rc:
+                raise ValueError(f"the child's cost would overflow "
+                                 f"({c.cost!r} + {x!r})")
+            c.cost += x
 
 
 _current = contextvars.ContextVar("fanout_current", default=None)
@@ -1314,10 +1325,11 @@ class Engine:
         if self._children.get(key) is c:
             del self._children[key]
         # c.lock: no other thread is between its look at c.done and its
-        # fanout_pending_interrupted(c.p) while p is released (see
-        # ChildContext.interrupted), nor between its look at c.done and
-        # its update of c.cost (ChildContext.add_cost): the cost read
-        # here is final.  Held for a few loads at most.
+        # fanout_pending_interrupted(c.p) or fanout_pending_add_cost(c.p)
+        # while p is released (see ChildContext.interrupted and
+        # add_cost): fanout_complete takes every addition made so far
+        # (o.cost is 0: the pending child holds the cost), later ones see
+        # c.done.  Held for a few loads at most.
         if not c.lock.acquire(False):  # (positional: the cheaper call)
             if _test_point is not None:
                 _test_point("complete_waits", c)
@@ -1327,9 +1339,6 @@ class Engine:
             if lib.fanout_pending_interrupted(c.p):
                 c.interrupted = True
             c.done = True
-            cost = c.cost
-            o.cost = cost if math.isfinite(cost) and cost >= 0 else (
-                sys.float_info.max if cost > 0 else 0.0)
             rc = lib.fanout_complete(c.p, o)
             if rc == -_errno.EINVAL:  # cannot happen; finish it all the same
                 o.code = code if code else -_errno.EIO

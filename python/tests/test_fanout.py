@@ -52,6 +52,11 @@ class Base(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(eng.orphan_events, 0)
         self.assertEqual(eng.duplicate_events, 0)
 
+    async def wait_thread_event(self, ev):
+        ok = await asyncio.get_running_loop().run_in_executor(
+            None, ev.wait, LONG)
+        self.assertTrue(ok)
+
 
 class TestEvents(Base):
     async def test_c_children_one_event_in_task_order(self):
@@ -313,6 +318,62 @@ class TestEvents(Base):
         self.assertEqual([(r.status, r.cost) for r in ev.results],
                          [("completed", 1.5)] * 2)
         self.assertEqual(ev.cost, 3.0)
+        self.assertClean(eng)
+
+    async def test_add_cost_of_an_abandoned_child_is_counted_or_raises(self):
+        # A cancel with abandon finishes the Python children itself and
+        # sends the event while their code still runs.  Every add_cost of
+        # such a child - before the abandon, and after it (a coroutine's
+        # `except CancelledError`, a thread that goes on) - went into a
+        # record nobody read any more: the event said cost 0 and the
+        # additions after it "succeeded".  Now the cost added before the
+        # abandon is in the event, and a later addition raises.
+        eng = await self.engine()
+        async_in = asyncio.Event()
+        thread_in = threading.Event()
+        late = threading.Event()
+        self.addCleanup(late.set)
+        outcomes = {}
+
+        def add_late(who):
+            try:
+                fanout.current().add_cost(2.0)
+                outcomes[who] = "added"
+            except RuntimeError as e:
+                outcomes[who] = str(e)
+
+        async def async_child():
+            fanout.current().add_cost(1.0)
+            async_in.set()
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                add_late("async")
+                raise
+
+        def thread_child():
+            fanout.current().add_cost(0.5)
+            thread_in.set()
+            late.wait(LONG)
+            add_late("thread")
+
+        h = eng.dispatch([fanout.Task("async", async_child),
+                          fanout.Task("thread", thread_child)])
+        await asyncio.wait_for(async_in.wait(), LONG)
+        await self.wait_thread_event(thread_in)
+        self.assertTrue(h.cancel(abandon=True))
+        ev = await asyncio.wait_for(h, LONG)
+        late.set()
+
+        async def both_added():
+            while len(outcomes) < 2:
+                await asyncio.sleep(0.001)
+        await asyncio.wait_for(both_added(), LONG)
+        for who in ("async", "thread"):
+            self.assertIn("was abandoned", outcomes[who])
+        self.assertEqual([(r.status, r.cost) for r in ev.results],
+                         [("interrupted", 1.0), ("interrupted", 0.5)])
+        self.assertEqual(ev.cost, 1.5)
         self.assertClean(eng)
 
     async def test_cost_overflow_and_huge_summary_keep_the_summary(self):
@@ -856,11 +917,6 @@ class TestRaces(Base):
         fanout._test_point = fn
         self.addCleanup(setattr, fanout, "_test_point", None)
 
-    async def wait_thread_event(self, ev):
-        ok = await asyncio.get_running_loop().run_in_executor(
-            None, ev.wait, LONG)
-        self.assertTrue(ok)
-
     async def test_interrupted_never_uses_the_pending_child_completed(self):
         # A thread reads current().interrupted of an async child that the
         # loop completes meanwhile: it looked at `done` (False) and took
@@ -1235,6 +1291,51 @@ class TestRaces(Base):
         self.assertEqual(raised, [])
         self.assertEqual(ev.results[0].status, "completed")
         self.assertEqual(ev.results[0].cost, 3.0)
+        self.assertClean(eng)
+
+    async def test_add_cost_racing_an_abandon_is_counted_or_raises(self):
+        # A thread child adds cost in a loop while the loop cancels its
+        # delegation with abandon: every addition that returned is in the
+        # event, the first one after the abandon raises.  (The additions
+        # were all lost: the library's abandon did not know them.)
+        eng = await self.engine()
+        going = threading.Event()
+        event_in = threading.Event()
+        self.addCleanup(event_in.set)
+        added = []
+        refused = []
+
+        def child():
+            cur = fanout.current()
+            n = after = 0
+            while after < 2:  # one attempt at least after the event
+                if event_in.is_set():
+                    after += 1
+                try:
+                    cur.add_cost(1.0)
+                except RuntimeError as e:
+                    refused.append(str(e))
+                    break
+                n += 1
+                if n == 100:
+                    going.set()
+            added.append(n)
+
+        h = eng.dispatch([fanout.Task("adder", child)])
+        await self.wait_thread_event(going)
+        self.assertTrue(h.cancel(abandon=True))
+        ev = await asyncio.wait_for(h, LONG)
+        event_in.set()
+
+        async def returned():
+            while not added:
+                await asyncio.sleep(0.001)
+        await asyncio.wait_for(returned(), LONG)
+        self.assertEqual(len(refused), 1)
+        self.assertIn("was abandoned", refused[0])
+        self.assertEqual(ev.results[0].status, "interrupted")
+        self.assertEqual(ev.results[0].cost, float(added[0]))
+        self.assertEqual(ev.cost, float(added[0]))
         self.assertClean(eng)
 
 
