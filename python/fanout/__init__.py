@@ -657,6 +657,9 @@ class Engine:
         await self.aclose()
 
     def open(self):
+        """Create the C engine on the running event loop (`async with`
+        calls it); a no-op while open.  An engine closed by aclose()
+        opens again, on whatever loop runs then."""
         if self._e is not None:
             return self
         self._loop = asyncio.get_running_loop()
@@ -679,6 +682,11 @@ class Engine:
             lib.fanout_destroy(self._e)
             self._e = None
             raise OSError(_errno.ENOMEM, "fanout: no memory for the glue")
+        # After an earlier close: its sinks are freed and its thread pool
+        # shut down; nothing of it may be used again.
+        self._closing = False
+        self._sinks = []
+        self._executor = None
         self._default = Sink(self, lib.fanout_default_sink(self._e), True)
         self._sinks.append(self._default)
         self._loop.add_reader(self._default._fd, self._drain_sink,

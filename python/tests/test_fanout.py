@@ -721,6 +721,38 @@ class TestCapacity(Base):
 
 
 class TestLifetime(unittest.IsolatedAsyncioTestCase):
+    async def test_an_engine_opens_again_after_its_close(self):
+        # open() after aclose() made a new C engine, but the Engine kept
+        # "closing" set (every dispatch: ESHUTDOWN), its shut-down thread
+        # pool (plain-function children failed) and the closed sinks (the
+        # next close removed readers by their old fd numbers).
+        eng = fanout.Engine(workers=2, pin=False)
+
+        async def coro(x):
+            await asyncio.sleep(0)
+            return x
+
+        def plain(x):
+            return x
+
+        for round in range(3):
+            async with eng:
+                s = eng.sink()
+                h = eng.dispatch([fanout.Task("a", coro, round),
+                                  fanout.Task("t", plain, round),
+                                  fanout.Task("c", fanout.builtin("noop"))],
+                                 sink=s)
+                ev = await asyncio.wait_for(h, LONG)
+                self.assertEqual(ev.status, "completed")
+                self.assertEqual([r.summary for r in ev.results],
+                                 [str(round), str(round), None])
+                got = await asyncio.wait_for(anext(eng.events(s)), LONG)
+                self.assertIs(got, ev)
+                self.assertEqual(len(eng._sinks), 2)
+            self.assertIsNone(eng._e)
+        self.assertEqual(eng.orphan_events, 0)
+        self.assertEqual(eng.duplicate_events, 0)
+
     async def test_aexit_delivers_or_cancels_everything_it_accepted(self):
         started = []
         finished = []
