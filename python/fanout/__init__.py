@@ -782,9 +782,13 @@ class Engine:
         self._close_task = None
 
     # -- batches
-    def _check_open(self):
+    def _check_live(self):
+        """For the calls that also serve a closing engine."""
         if self._e is None:
             raise RuntimeError("fanout.Engine is not open (use async with)")
+
+    def _check_open(self):
+        self._check_live()
         if self._closing:
             raise OSError(_errno.ESHUTDOWN, "fanout: the engine is closing")
 
@@ -1125,6 +1129,7 @@ class Engine:
     def lookup(self, id):
         """Info of one delegation (running, or finished and still kept);
         KeyError when unknown or pruned."""
+        self._check_live()
         info = ffi.new("struct fanout_info *")
         rc = lib.fanout_lookup(self._e, _parse_id(id), info)
         if rc == -_errno.ENOENT:
@@ -1135,6 +1140,7 @@ class Engine:
 
     def list(self):
         """Running and recently finished delegations, newest first."""
+        self._check_live()
         n = ffi.new("size_t *")
         cap = 64
         while True:
@@ -1150,6 +1156,7 @@ class Engine:
 
     def stats(self):
         """The engine's counters, as a dict (see struct fanout_stats)."""
+        self._check_live()
         st = ffi.new("struct fanout_stats *")
         rc = lib.fanout_stats(self._e, st)
         if rc:
@@ -1178,6 +1185,8 @@ class Engine:
         """Yield the events of `sink` (default: the engine's) as they come;
         ends when the sink is closed or the engine closes."""
         s = sink or self._default
+        if s is None:
+            raise RuntimeError("fanout.Engine is not open (use async with)")
         if s._queue is None:
             s._queue = asyncio.Queue()
         while True:

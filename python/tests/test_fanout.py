@@ -721,6 +721,29 @@ class TestCapacity(Base):
 
 
 class TestLifetime(unittest.IsolatedAsyncioTestCase):
+    async def test_queries_of_an_engine_not_open_raise_runtime_error(self):
+        # lookup(), list() and stats() passed None to the library (cffi:
+        # "TypeError: initializer for ctype 'struct fanout_engine *' must
+        # be a cdata pointer"), events() failed on a missing sink
+        # (AttributeError), before open() and after the close.
+        eng = fanout.Engine(workers=2, pin=False)
+        calls = [lambda: eng.lookup("deleg_0000000000000001"), eng.list,
+                 eng.stats]
+        for call in calls:
+            with self.assertRaisesRegex(RuntimeError, "not open"):
+                call()
+        with self.assertRaisesRegex(RuntimeError, "not open"):
+            await anext(eng.events())
+        async with eng:
+            h = eng.dispatch([fanout.Task("c", fanout.builtin("noop"))])
+            await asyncio.wait_for(h, LONG)
+            self.assertEqual(eng.lookup(h.id).status, "completed")
+        for call in calls:
+            with self.assertRaisesRegex(RuntimeError, "not open"):
+                call()
+        with self.assertRaises(StopAsyncIteration):  # closed: it ends
+            await anext(eng.events())
+
     async def test_an_engine_opens_again_after_its_close(self):
         # open() after aclose() made a new C engine, but the Engine kept
         # "closing" set (every dispatch: ESHUTDOWN), its shut-down thread
