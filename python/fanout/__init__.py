@@ -48,7 +48,8 @@ from ._fanout import ffi, lib
 
 __all__ = [
     "Engine", "Task", "Event", "Result", "Handle", "Sink", "Info",
-    "BusyError", "current", "c_child", "builtin", "HAVE_DEFERRED",
+    "BusyError", "current", "c_child", "builtin", "CChild", "Counter",
+    "nanoseconds", "HAVE_DEFERRED",
 ]
 
 HAVE_DEFERRED = bool(lib.PYFO_HAVE_DEFER)
@@ -204,9 +205,11 @@ class Counter:
 
     @property
     def value(self):
+        """How many steps the tick children made so far."""
         return lib.pyfo_load(self._mem)
 
     def stop(self):
+        """Tell the tick children to return (their summary: their steps)."""
         lib.pyfo_store(self._mem + 1, 1)
 
     def _arg(self):
@@ -425,6 +428,7 @@ class Event:
 
     @property
     def results(self):
+        """The children's Results, in task order (index i at [i])."""
         if self._results is None:
             c = self._c
             self._results = [Result(c.results[i]) for i in range(c.nresults)]
@@ -439,11 +443,14 @@ class Event:
         return ffi.string(buf).decode("utf-8", "replace")
 
     def format(self):
+        """The consolidated "TASK i/n: goal (status=...)" text block
+        (fanout_format), the one message to hand back to a model."""
         if self._text is None:
             self._text = self._render(lib.fanout_format)
         return self._text
 
     def json(self):
+        """The event as a JSON text (fanout_event_json)."""
         if self._json is None:
             self._json = self._render(lib.fanout_event_json)
         return self._json
@@ -509,6 +516,7 @@ class Handle:
         return asyncio.shield(self._fut).__await__()
 
     def done(self):
+        """True once the event is in (h.event, or await h)."""
         return self._fut.done()
 
     @property
