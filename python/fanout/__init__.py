@@ -713,8 +713,16 @@ class Engine:
         every Python child to return, then free the engine.  Cancelling
         the caller does not cut this short: the engine still closes in
         the background, and every accepted event is still delivered (a
-        later aclose() waits for the same close)."""
+        later aclose() waits for the same close).  From another thread's
+        event loop it hands the close to the engine's loop and waits for
+        it there."""
         if self._e is None:
+            return
+        if asyncio.get_running_loop() is not self._loop:
+            # The close's work (its task, the readers, the waits) belongs
+            # to the engine's loop, which asyncio lets no other thread use.
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(
+                self.aclose(), self._loop))
             return
         if self._close_task is None:
             self._closing = True

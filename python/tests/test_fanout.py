@@ -744,6 +744,37 @@ class TestLifetime(unittest.IsolatedAsyncioTestCase):
         with self.assertRaises(StopAsyncIteration):  # closed: it ends
             await anext(eng.events())
 
+    async def test_aclose_from_another_threads_loop_closes(self):
+        # asyncio.run(eng.aclose()) on another thread made the close's
+        # task on the engine's loop from the wrong thread (asyncio is not
+        # thread-safe), then failed with "got Future attached to a
+        # different loop" while that close went on unsupervised.  Now it
+        # hands the close to the engine's loop and returns once it is
+        # done.
+        eng = fanout.Engine(workers=2, pin=False)
+        eng.open()
+        started = asyncio.Event()
+        h = eng.dispatch([fanout.Task("a", hang, started)])
+        await asyncio.wait_for(started.wait(), LONG)
+        out = []
+
+        def other():
+            try:
+                asyncio.run(eng.aclose())
+                out.append("closed")
+            except BaseException as e:  # noqa: B902 - the test reports it
+                out.append(f"{type(e).__name__}: {e}")
+
+        t = threading.Thread(target=other)
+        t.start()
+        self.addCleanup(t.join, LONG)
+        loop = asyncio.get_running_loop()
+        await asyncio.wait_for(loop.run_in_executor(None, t.join), LONG)
+        self.assertEqual(out, ["closed"])
+        self.assertIsNone(eng._e)
+        self.assertEqual(h.event.results[0].status, "interrupted")
+        await eng.aclose()  # and again, on its own loop: nothing to do
+
     async def test_an_engine_opens_again_after_its_close(self):
         # open() after aclose() made a new C engine, but the Engine kept
         # "closing" set (every dispatch: ESHUTDOWN), its shut-down thread
