@@ -741,17 +741,22 @@ class Engine:
                 # (-ESHUTDOWN) or interrupts it.  It blocks until running
                 # children return, and Python children need this loop for
                 # that: call it from another thread.
-                await self._loop.run_in_executor(None, lib.fanout_shutdown,
-                                                 self._e)
+                e = self._e
+
+                def shutdown():
+                    if _test_point is not None:
+                        _test_point("shutdown", self)
+                    lib.fanout_shutdown(e)
+
+                await _uncut([self._loop.run_in_executor(None, shutdown)])
             futs = [b.fut for b in self._batches.values()
                     if b.fut is not None]
             if _test_point is not None:
                 _test_point("aclose_waits", self)
-            if futs:
-                await asyncio.wait(futs)
+            await _uncut(futs)
             while self._children or self._tasks_running:
                 self._idle.clear()
-                await self._idle.wait()
+                await _uncut([self._loop.create_task(self._idle.wait())])
         finally:
             self._free()
 
@@ -1387,6 +1392,20 @@ class Engine:
             _test_point("completed", c)
         if not self._children and not self._tasks_running:
             self._idle.set()
+
+
+async def _uncut(futs):
+    """Wait until every future in futs is done.  A cancel of the waiting
+    task does not cut the wait short: the close's task is cancelled only
+    by whoever cancels every task (asyncio.run on its way out), and it
+    must not free the engine under a fanout_shutdown still running on
+    another thread, nor under Python children and inline runs."""
+    pending = {f for f in futs if not f.done()}
+    while pending:
+        try:
+            _, pending = await asyncio.wait(pending)
+        except asyncio.CancelledError:
+            pending = {f for f in pending if not f.done()}
 
 
 def _keep_as_context(cancelled, err):

@@ -57,6 +57,10 @@ class Base(unittest.IsolatedAsyncioTestCase):
             None, ev.wait, LONG)
         self.assertTrue(ok)
 
+    def set_test_point(self, fn):
+        fanout._test_point = fn
+        self.addCleanup(setattr, fanout, "_test_point", None)
+
 
 class TestEvents(Base):
     async def test_c_children_one_event_in_task_order(self):
@@ -999,10 +1003,6 @@ class TestRaces(Base):
     """Interleavings forced with the package's test points
     (fanout._test_point) and threading.Events: no sleeps."""
 
-    def set_test_point(self, fn):
-        fanout._test_point = fn
-        self.addCleanup(setattr, fanout, "_test_point", None)
-
     async def test_interrupted_never_uses_the_pending_child_completed(self):
         # A thread reads current().interrupted of an async child that the
         # loop completes meanwhile: it looked at `done` (False) and took
@@ -1377,6 +1377,53 @@ class TestRaces(Base):
         self.assertEqual(raised, [])
         self.assertEqual(ev.results[0].status, "completed")
         self.assertEqual(ev.results[0].cost, 3.0)
+        self.assertClean(eng)
+
+    async def test_a_cancelled_close_frees_the_engine_only_at_its_end(self):
+        # The close goes on when its caller is cancelled, but asyncio.run
+        # cancels every task it leaves behind, the close's own too: its
+        # `finally` freed the engine at once - fanout_destroy while the
+        # fanout_shutdown it had started on another thread still ran
+        # (use after free), and before Python children and inline runs
+        # had ended.  Now the close's task waits to the end all the same.
+        eng = await self.engine(max_async=1)
+        in_shutdown = threading.Event()
+        go = threading.Event()
+        self.addCleanup(go.set)
+        freed_under_shutdown = []
+
+        def tp(name, obj):
+            if name == "shutdown":
+                in_shutdown.set()
+                go.wait(LONG)
+                if obj._e is None:  # do not call it on the freed engine
+                    freed_under_shutdown.append(True)
+                    raise RuntimeError("engine freed under its shutdown")
+
+        self.set_test_point(tp)
+        first = asyncio.Event()
+        second = asyncio.Event()
+        h = eng.dispatch([fanout.Task("a", hang, first)])
+        await asyncio.wait_for(first.wait(), LONG)
+        # The pool is full: delegate() runs this one inline, which makes
+        # the close call fanout_shutdown on another thread.
+        d = asyncio.ensure_future(eng.delegate([fanout.Task("b", hang,
+                                                            second)]))
+        await asyncio.wait_for(second.wait(), LONG)
+        closing = asyncio.ensure_future(eng.aclose())
+        await self.wait_thread_event(in_shutdown)
+        eng._close_task.cancel()  # as asyncio.run does with what is left
+        for _ in range(10):
+            await asyncio.sleep(0)
+        self.assertIsNotNone(eng._e)
+        go.set()
+        await asyncio.wait_for(closing, LONG)
+        self.assertIsNone(eng._e)
+        self.assertEqual(freed_under_shutdown, [])
+        self.assertEqual(h.event.results[0].status, "interrupted")
+        dh = await asyncio.wait_for(d, LONG)
+        self.assertEqual(dh.mode, "inline_full")
+        self.assertEqual(dh.event.results[0].status, "interrupted")
         self.assertClean(eng)
 
     async def test_add_cost_racing_an_abandon_is_counted_or_raises(self):
