@@ -874,6 +874,11 @@ class Engine:
             keep.append(s)
             cb.session_key = s
         if sink is not None:
+            if not isinstance(sink, Sink):
+                raise TypeError(f"sink must be a fanout.Sink (eng.sink()), "
+                                f"not {type(sink).__name__}")
+            if sink._c is None:
+                raise ValueError("fanout: the sink is closed")
             cb.sink = sink._c
             b.sink = sink
         cb.user = ffi.cast("void *", token)

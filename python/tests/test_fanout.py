@@ -1697,6 +1697,25 @@ class TestRunnersOnDemand(Base):
 
 
 class TestApi(Base):
+    async def test_a_bad_sink_is_refused_with_a_clear_error(self):
+        # A closed sink reached cffi ("TypeError: initializer for ctype
+        # 'struct fanout_sink *' must be a cdata pointer, not NoneType"),
+        # anything else not a Sink an AttributeError ('_c').
+        eng = await self.engine()
+        s = eng.sink()
+        s.close()
+        t = [fanout.Task("n", fanout.builtin("noop"))]
+        with self.assertRaisesRegex(ValueError, "closed"):
+            eng.dispatch(t, sink=s)
+        with self.assertRaisesRegex(ValueError, "closed"):
+            await eng.gather(t, sink=s)
+        with self.assertRaisesRegex(TypeError, "fanout.Sink"):
+            eng.dispatch(t, sink="mine")
+        self.assertEqual(eng.stats()["dispatched"], 0)
+        ev = await asyncio.wait_for(eng.gather(t, sink=eng.sink()), LONG)
+        self.assertEqual(ev.status, "completed")
+        self.assertClean(eng)
+
     def test_every_public_call_is_exported_and_documented(self):
         # Engine.open, Event.results/format/json, Handle.done and
         # Counter.value/stop had no docstring (help() showed nothing), and
