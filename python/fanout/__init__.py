@@ -539,11 +539,13 @@ class Handle:
 class _Batch:
     __slots__ = ("token", "tasks", "cbatch", "keep", "fut", "sink",
                  "nstarted", "awaited", "inline", "cancelled", "run", "id",
-                 "parent")
+                 "parent", "context")
 
     def __init__(self, token, tasks):
         self.token = token
         self.tasks = tasks
+        # The dispatcher's contextvars, which its Python children see.
+        self.context = contextvars.copy_context()
         self.cbatch = None
         self.keep = None
         self.fut = None
@@ -1289,13 +1291,18 @@ class Engine:
             self._complete(c, -_errno.ECANCELED, None, None)
             return
         t = b.tasks[index]
+        # The child runs in a copy of its dispatcher's context (as a task
+        # does of its creator's), not in this reader's: that is the
+        # context of whoever opened the engine.
+        ctx = b.context.copy()
+        ctx.run(_current.set, ChildContext(c))  # not its dispatcher's
         if c.kind == "async":
             try:
-                coro = t.fn(*t.args)
+                coro = ctx.run(t.fn, *t.args)
             except BaseException as e:  # noqa: B902 - reported as the error
                 self._complete(c, -_errno.EIO, None, _exc_text(e))
                 return
-            task = self._loop.create_task(_run_coro(c, coro))
+            task = ctx.run(self._loop.create_task, _run_coro(c, coro))
             c.task = task
             self._tasks_running.add(task)
             task.add_done_callback(
@@ -1306,7 +1313,6 @@ class Engine:
                     self._executor = concurrent.futures.ThreadPoolExecutor(
                         max_workers=self._nthreads,
                         thread_name_prefix="fanout-py")
-                ctx = contextvars.copy_context()
                 c.task = self._executor.submit(ctx.run, _run_thread, c)
             except Exception as e:  # noqa: B902 - reported as the error
                 # The pool refused (the interpreter is shutting down, no

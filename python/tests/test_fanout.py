@@ -113,6 +113,45 @@ class TestEvents(Base):
         self.assertTrue(all(t is threading.current_thread()
                             for _, _, t in seen))
 
+    async def test_children_run_in_the_context_of_their_dispatcher(self):
+        # Children ran in a copy of the context the engine was OPENED in
+        # (the loop's reader callback's), so every session's children saw
+        # the contextvars - request id, tracing span - of whoever opened
+        # the engine, not of the task that delegated to them.
+        request = contextvars.ContextVar("request", default=None)
+        request.set("opener")
+        eng = await self.engine()
+
+        async def coro():
+            await asyncio.sleep(0)
+            seen = request.get()
+            request.set("changed by the child")
+            return seen
+
+        def plain():
+            return request.get()
+
+        class Agent:
+            async def __call__(self):
+                return await coro()
+
+        async def session(name):
+            request.set(name)
+            ev = await eng.gather([fanout.Task("a", coro),
+                                   fanout.Task("t", plain),
+                                   fanout.Task("o", Agent())])
+            h = eng.dispatch([fanout.Task("a", coro)])
+            ev2 = await h
+            return ([r.summary for r in ev.results + ev2.results],
+                    request.get())
+
+        got = await asyncio.wait_for(asyncio.gather(
+            session("A"), asyncio.create_task(session("B"))), LONG)
+        self.assertEqual(got, [(["A", "A", "A", "A"], "A"),
+                               (["B", "B", "B", "B"], "B")])
+        self.assertEqual(request.get(), "opener")
+        self.assertClean(eng)
+
     async def test_plain_function_runs_in_a_python_thread(self):
         eng = await self.engine()
         names = []
