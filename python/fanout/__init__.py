@@ -717,8 +717,14 @@ class Engine:
         the background, and every accepted event is still delivered (a
         later aclose() waits for the same close).  From another thread's
         event loop it hands the close to the engine's loop and waits for
-        it there."""
+        it there.  If the engine's loop was closed with the engine open
+        (asyncio.run returned without aclose), it frees the engine from
+        the caller's loop: interrupted and abandoned, the handles of that
+        dead loop never resolve."""
         if self._e is None:
+            return
+        if self._loop.is_closed():
+            self._close_orphaned()
             return
         if asyncio.get_running_loop() is not self._loop:
             # The close's work (its task, the readers, the waits) belongs
@@ -762,6 +768,26 @@ class Engine:
         finally:
             self._free()
 
+    def _close_orphaned(self):
+        """aclose() once the engine's loop is closed: nothing can run on
+        it, so no Python child can end through it.  fanout_shutdown
+        abandons them and interrupts the rest (blocking until C children
+        return), _free waits for the threads and frees the engine, then
+        each Python child the loop never finished is released
+        (fanout_complete on an abandoned child: -EALREADY)."""
+        self._closing = True
+        how = lib.FANOUT_CANCEL_INTERRUPT | _ABANDON
+        for i in self._running_ids():
+            lib.fanout_cancel(self._e, i, how)
+        lib.fanout_shutdown(self._e)
+        self._free()
+        for c in list(self._children.values()):
+            self._complete(c, -_errno.ECANCELED, None, None)
+        # Their events died with the engine, unread, and their futures
+        # belong to the closed loop: nothing will resolve them.
+        self._batches.clear()
+        self._tasks_running.clear()
+
     def _running_ids(self):
         """Ids of every running record, for the close to cancel.  Records
         may appear between two fanout_list calls (a child's thread that
@@ -786,9 +812,9 @@ class Engine:
     def _free(self):
         loop = self._loop
         for s in self._sinks:
-            loop.remove_reader(s._fd)
+            loop.remove_reader(s._fd)  # (a closed loop has none left)
             s._c = None  # fanout_destroy frees it
-            if s._queue is not None:
+            if s._queue is not None and not loop.is_closed():
                 s._queue.put_nowait(None)  # events(s) ends
         loop.remove_reader(lib.pyfo_glue_fd(self._glue))
         for ev in list(self._events):

@@ -818,6 +818,46 @@ class TestLifetime(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(h.event.results[0].status, "interrupted")
         await eng.aclose()  # and again, on its own loop: nothing to do
 
+    async def test_aclose_after_the_engines_loop_closed_frees_it(self):
+        # asyncio.run() returned with the engine open and a thread child
+        # still running: the loop is closed, so nothing could close the
+        # engine any more (aclose: "RuntimeError: Event loop is closed"),
+        # its workers and the child's pending record stayed for good,
+        # and the Engine could not be opened again either.
+        eng = fanout.Engine(workers=2, pin=False)
+        gate = threading.Event()
+        self.addCleanup(gate.set)
+        in_child = threading.Event()
+
+        def child():
+            in_child.set()
+            gate.wait(LONG)
+            return "late"
+
+        async def forgetful_main():
+            eng.open()
+            eng.dispatch([fanout.Task("t", child),
+                          fanout.Task("a", hang)])
+            await asyncio.get_running_loop().run_in_executor(
+                None, in_child.wait, LONG)
+
+        t = threading.Thread(target=asyncio.run, args=(forgetful_main(),))
+        t.start()
+        loop = asyncio.get_running_loop()
+        await asyncio.wait_for(loop.run_in_executor(None, t.join), LONG)
+        gate.set()
+        await asyncio.wait_for(eng.aclose(), LONG)
+        self.assertIsNone(eng._e)
+        with self.assertRaisesRegex(RuntimeError, "not open"):
+            eng.stats()
+        eng.open()  # and it serves again, on this loop
+        ev = await asyncio.wait_for(
+            eng.gather([fanout.Task("c", fanout.builtin("noop"))]), LONG)
+        self.assertEqual(ev.status, "completed")
+        # (nothing of the dead loop - its batch's future - is waited for)
+        await asyncio.wait_for(eng.aclose(), LONG)
+        self.assertIsNone(eng._e)
+
     async def test_an_engine_opens_again_after_its_close(self):
         # open() after aclose() made a new C engine, but the Engine kept
         # "closing" set (every dispatch: ESHUTDOWN), its shut-down thread
