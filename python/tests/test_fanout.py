@@ -48,6 +48,15 @@ class Base(unittest.IsolatedAsyncioTestCase):
         self.addAsyncCleanup(eng.__aexit__, None, None, None)
         return eng
 
+    def occupy_one(self, eng):
+        # One place of the async pool taken by a C child that ticks until
+        # hold.stop(): (hold, the handle of its delegation).
+        hold = fanout.Counter()
+        self.addCleanup(hold.stop)
+        blocker = eng.dispatch([fanout.Task("pool", fanout.builtin("tick"),
+                                            hold)])
+        return hold, blocker
+
     def assertClean(self, eng):
         self.assertEqual(eng.orphan_events, 0)
         self.assertEqual(eng.duplicate_events, 0)
@@ -746,10 +755,7 @@ class TestCapacity(Base):
         eng = fanout.Engine(workers=2, pin=False, max_async=1)
         eng.open()
         self.addAsyncCleanup(eng.aclose)
-        hold = fanout.Counter()
-        self.addCleanup(hold.stop)
-        blocker = eng.dispatch([fanout.Task("pool", fanout.builtin("tick"),
-                                            hold)])
+        hold, blocker = self.occupy_one(eng)
         old = threading.stack_size(1 << 40)
         try:
             with self.assertRaises(RuntimeError):
@@ -1132,10 +1138,7 @@ class TestRaces(Base):
         # tick child runs until interrupted).  It must be interrupted,
         # with its one event.
         eng = await self.engine(max_async=1)
-        hold = fanout.Counter()
-        self.addCleanup(hold.stop)
-        blocker = eng.dispatch([fanout.Task("pool", fanout.builtin("tick"),
-                                            hold)])
+        hold, blocker = self.occupy_one(eng)
         at_run = threading.Event()
         go = threading.Event()
         self.addCleanup(go.set)
@@ -1210,10 +1213,7 @@ class TestRaces(Base):
         # (-ECANCELED), or freed.  Now the child's completion waits for
         # the run, which runs in the child's cancel tree.
         eng = await self.engine(max_async=2)
-        hold = fanout.Counter()
-        self.addCleanup(hold.stop)
-        blocker = eng.dispatch([fanout.Task("pool", fanout.builtin("tick"),
-                                            hold)])
+        hold, blocker = self.occupy_one(eng)
         at_run = threading.Event()
         go = threading.Event()
         self.addCleanup(go.set)
@@ -1614,10 +1614,7 @@ class TestFork(Base):
         # handler's cancel of the run raised OSError(EOWNERDEAD) in place
         # of the CancelledError.
         eng = await self.engine(max_async=1)
-        hold = fanout.Counter()
-        self.addCleanup(hold.stop)
-        blocker = eng.dispatch([fanout.Task("pool", fanout.builtin("tick"),
-                                            hold)])
+        hold, blocker = self.occupy_one(eng)
         c = fanout.Counter()
         self.addCleanup(c.stop)
         coro = eng.delegate([fanout.Task("t", fanout.builtin("tick"), c)])
