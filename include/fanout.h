@@ -1111,6 +1111,31 @@ FANOUT_API bool fanout_pending_interrupted(const struct fanout_pending *p);
  */
 FANOUT_API int fanout_pending_add_cost(struct fanout_pending *p, double x);
 
+/**
+ * fanout_set_skip_hook() - be told when a task of @fn will never run.
+ * @fn:   a task function (fanout_task.fn).
+ * @hook: called with the task's arg for every child whose fn is @fn that
+ *        the library reports never started (its delegation interrupted
+ *        before it started: a cancel, its deadline, its join policy,
+ *        fanout_shutdown(), the cancel tree); NULL removes @fn's hook.
+ *
+ * For a library whose tasks own their arg (e.g. fanout_nats_task()): a
+ * child that runs frees it, and one that never runs is handed to @hook,
+ * so it can be freed as soon as the library knows it will not run, not
+ * held until the library that made it is closed.  Process-wide, for
+ * every engine; registering @fn again replaces its hook.  @hook runs
+ * once per such child, on whichever thread skips it (the canceller, the
+ * deadline's timer thread, a worker, fanout_shutdown()), before the
+ * delegation's event is published; it must not block and must not call
+ * into the engine.  Costs nothing on the path of a child that runs.
+ * A hook cannot be unregistered by a library being unloaded while
+ * delegations may still skip its tasks.
+ * Return: 0; -EINVAL (NULL @fn); -ENOSPC (FANOUT_MAX_SKIP_HOOKS functions
+ * already have a hook; nothing changes).
+ */
+#define FANOUT_MAX_SKIP_HOOKS 8
+FANOUT_API int fanout_set_skip_hook(fanout_fn fn, void (*hook)(void *arg));
+
 /** fanout_pending_index() - the child's task index (0 for NULL). */
 FANOUT_API unsigned fanout_pending_index(const struct fanout_pending *p);
 

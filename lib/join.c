@@ -295,6 +295,72 @@ void fanout__join_sub(struct record *rec, uint32_t n)
 		finalise(rec, false, NULL, 0);
 }
 
+/* ---------------------------------------------------------- skip hooks */
+
+/*
+ * fanout_set_skip_hook(): a few (fn, hook) pairs, read only when a child
+ * is skipped (a cancel's cold path), never on a child's run.  A slot is
+ * claimed once for a fn and never given back: its fn is written once, its
+ * hook replaced in place.  No lock: registrations are rare and a slot is
+ * claimed by a CAS on its fn.
+ */
+static struct {
+	_Atomic(fanout_fn) fn;
+	_Atomic(void (*)(void *)) hook;
+} skip_hooks[FANOUT_MAX_SKIP_HOOKS];
+
+int fanout_set_skip_hook(fanout_fn fn, void (*hook)(void *arg))
+{
+	unsigned i;
+
+	if (!fn)
+		return -EINVAL;
+	for (i = 0; i < FANOUT_MAX_SKIP_HOOKS; i++) {
+		fanout_fn cur = NULL;
+
+		/* acq_rel: on success publishes the slot to the skippers'
+		 * acquire load of fn below; on failure (acquire) reads the
+		 * fn another registration claimed it for. */
+		if (atomic_compare_exchange_strong_explicit(
+			    &skip_hooks[i].fn, &cur, fn, memory_order_acq_rel,
+			    memory_order_acquire) ||
+		    cur == fn) {
+			/* release: pairs with the acquire load of hook in
+			 * fanout__skip_hook(). */
+			atomic_store_explicit(&skip_hooks[i].hook, hook,
+					      memory_order_release);
+			return 0;
+		}
+	}
+	return -ENOSPC;
+}
+
+/* Child @t is never run: hand its arg to its fn's hook, if any. */
+static void fanout__skip_hook(const struct fanout_task *t)
+{
+	unsigned i;
+
+	for (i = 0; i < FANOUT_MAX_SKIP_HOOKS; i++) {
+		/* acquire: pairs with the claiming CAS (acq_rel) in
+		 * fanout_set_skip_hook(); NULL ends the claimed slots. */
+		fanout_fn fn = atomic_load_explicit(&skip_hooks[i].fn,
+						    memory_order_acquire);
+		void (*hook)(void *);
+
+		if (!fn)
+			return;
+		if (fn != t->fn)
+			continue;
+		/* acquire: pairs with the release store of the hook in
+		 * fanout_set_skip_hook(). */
+		hook = atomic_load_explicit(&skip_hooks[i].hook,
+					    memory_order_acquire);
+		if (hook)
+			hook(t->arg);
+		return;
+	}
+}
+
 /* ----------------------------------------------------------------- run */
 
 /* Report child i as never started (the delegation was interrupted; the
@@ -318,6 +384,7 @@ static void skip_child(struct record *rec, unsigned i, uint32_t cancel)
 	r->code = fanout__interrupt_code(cancel); /* owned[i] stays 0 */
 	fanout__mark_irregular(rec);
 	fanout__mark_policy(rec, cancel);
+	fanout__skip_hook(&rec->tasks[i]);
 }
 
 /*

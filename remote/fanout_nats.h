@@ -165,8 +165,10 @@ FANOUT_API int fanout_nats_open(const char *url,
  * later.  @out->arg is owned by the child: freed when it finishes.  If
  * the batch is never dispatched (fanout_dispatch() failed, or you
  * changed your mind) release it with fanout_nats_task_discard(); one
- * whose delegation was cancelled before the child started is freed by
- * fanout_nats_close().
+ * whose delegation was interrupted before the child started (a cancel,
+ * a deadline, a join policy, fanout_shutdown()) is freed then, by the
+ * engine's skip hook (fanout_set_skip_hook(), which fanout_nats_open()
+ * registers), not held until fanout_nats_close().
  *
  * Context: never blocks.
  * Return: 0; -EINVAL (NULL @n or @out, NULL @payload with @len > 0);
@@ -202,6 +204,10 @@ FANOUT_API void fanout_nats_task_discard(struct fanout_task *t);
  * @publish_failed: children finished as ERROR because publishing failed
  *               for publish_retry_ms.
  * @in_flight:   children published (or publishing) and not finished.
+ * @unstarted:   tasks made by fanout_nats_task() and held (payload and
+ *               all): not started, not discarded, and not yet reported by
+ *               the engine as never to start.  New at the end of the
+ *               struct.
  */
 struct fanout_nats_stats {
 	uint64_t published;
@@ -213,6 +219,7 @@ struct fanout_nats_stats {
 	uint64_t cancels;
 	uint64_t publish_failed;
 	uint64_t in_flight;
+	uint64_t unstarted;
 };
 
 /** fanout_nats_stats() - read the counters.  Return: 0; -EINVAL. */

@@ -6,6 +6,9 @@
  *
  *   fanout_nats_task()   record allocated (payload copied), put on the
  *                        handle's list of tasks not started;
+ *   never started        (the engine's skip hook, task_skipped()) its
+ *                        delegation was interrupted first: the record
+ *                        leaves that list and is freed;
  *   child fn             fanout_defer(); the record leaves that list,
  *                        gets a process-wide seq (its key: "<id>.<nonce>.
  *                        <seq>", see make_nonce) and enters the table of
@@ -124,7 +127,8 @@ struct fanout_nats {
 	struct rchild unstarted;  /* list head, under tbl_lock */
 	struct retry *retry_head; /* under tbl_lock */
 	atomic_uint_fast64_t published, republished, results, duplicates,
-		redelivered, exhausted, cancels, publish_failed, in_flight;
+		redelivered, exhausted, cancels, publish_failed, in_flight,
+		held; /* tasks on the unstarted list */
 };
 
 /* The table of children in flight, shared by every handle. */
@@ -339,6 +343,7 @@ static int child_fn(struct fanout_child *c, void *arg)
 	pthread_mutex_lock(&tbl_lock);
 	r->prev->next = r->next;
 	r->next->prev = r->prev;
+	atomic_fetch_sub(&n->held, 1);
 	if (!p) {
 		pthread_mutex_unlock(&tbl_lock);
 		err = errno ? -errno : -ENOMEM;
@@ -740,6 +745,10 @@ static void destroy(struct fanout_nats *n, bool delete_consumers)
 	free(n);
 }
 
+/* Registers task_skipped(), once per process, by the first open. */
+static void register_skip_hook(void);
+static pthread_once_t skip_hook_once = PTHREAD_ONCE_INIT;
+
 int fanout_nats_open(const char *url, const struct fanout_nats_opts *o,
 		     struct fanout_nats **out)
 {
@@ -837,6 +846,7 @@ int fanout_nats_open(const char *url, const struct fanout_nats_opts *o,
 		goto out_free;
 	}
 	n->thread_started = true;
+	pthread_once(&skip_hook_once, register_skip_hook);
 	*out = n;
 	return 0;
 out_free:
@@ -880,6 +890,7 @@ int fanout_nats_task(struct fanout_nats *n, const char *kind,
 	r->prev = n->unstarted.prev;
 	r->prev->next = r;
 	n->unstarted.prev = r;
+	atomic_fetch_add(&n->held, 1);
 	pthread_mutex_unlock(&tbl_lock);
 	out->fn = child_fn;
 	out->arg = r;
@@ -897,9 +908,38 @@ void fanout_nats_task_discard(struct fanout_task *t)
 	pthread_mutex_lock(&tbl_lock);
 	r->prev->next = r->next;
 	r->next->prev = r->prev;
+	atomic_fetch_sub(&r->n->held, 1);
 	pthread_mutex_unlock(&tbl_lock);
 	free(r);
 	t->arg = NULL;
+}
+
+/*
+ * The engine's skip hook for child_fn (fanout_set_skip_hook()): the
+ * child of @arg will never run (its delegation was interrupted before it
+ * started), so nothing will take its record off the list of tasks not
+ * started.  It stayed there, payload and all, until fanout_nats_close():
+ * a long-lived dispatcher whose delegations met deadlines grew without
+ * bound.  A task runs or is skipped, never both, so child_fn never sees
+ * a record freed here.
+ */
+static void task_skipped(void *arg)
+{
+	struct rchild *r = arg;
+
+	pthread_mutex_lock(&tbl_lock);
+	r->prev->next = r->next;
+	r->next->prev = r->prev;
+	atomic_fetch_sub(&r->n->held, 1);
+	pthread_mutex_unlock(&tbl_lock);
+	free(r);
+}
+
+static void register_skip_hook(void)
+{
+	/* -ENOSPC (every hook slot taken by other libraries): the records
+	 * of skipped tasks are then freed by fanout_nats_close() only. */
+	(void)fanout_set_skip_hook(child_fn, task_skipped);
 }
 
 int fanout_nats_stats(struct fanout_nats *n, struct fanout_nats_stats *st)
@@ -915,6 +955,7 @@ int fanout_nats_stats(struct fanout_nats *n, struct fanout_nats_stats *st)
 	st->cancels = atomic_load(&n->cancels);
 	st->publish_failed = atomic_load(&n->publish_failed);
 	st->in_flight = atomic_load(&n->in_flight);
+	st->unstarted = atomic_load(&n->held);
 	return 0;
 }
 
@@ -947,6 +988,7 @@ void fanout_nats_close(struct fanout_nats *n)
 	while (n->unstarted.next != &n->unstarted) {
 		r = n->unstarted.next;
 		n->unstarted.next = r->next;
+		atomic_fetch_sub(&n->held, 1);
 		free(r);
 	}
 	q = n->retry_head;

@@ -469,6 +469,102 @@ static void cancel_synchronous_run(void **state)
 	fanout_destroy(e);
 }
 
+/* fanout_set_skip_hook(): a task that never starts is handed to its fn's
+ * hook, once, and one that runs is not. */
+static atomic_int skip_ran, skip_seen[3];
+
+static int skip_fn(struct fanout_child *c, void *arg)
+{
+	(void)c;
+	(void)arg;
+	atomic_fetch_add(&skip_ran, 1);
+	return 0;
+}
+
+static void skip_hook(void *arg)
+{
+	atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+#define SKIP_FILLER(k)                                                         \
+	static int skip_filler##k(struct fanout_child *c, void *arg)           \
+	{                                                                      \
+		(void)c;                                                       \
+		(void)arg;                                                     \
+		return k;                                                      \
+	}
+SKIP_FILLER(0)
+SKIP_FILLER(1)
+SKIP_FILLER(2)
+SKIP_FILLER(3)
+SKIP_FILLER(4)
+SKIP_FILLER(5)
+SKIP_FILLER(6)
+SKIP_FILLER(7)
+
+static void cancel_skip_hook(void **state)
+{
+	struct fanout_engine *e = eng1();
+	atomic_int gate = 0;
+	struct tbatch *hold = tb_new(1);
+	struct fanout_task t[3];
+	struct fanout_batch b = {.tasks = t, .ntasks = 3};
+	fanout_id id;
+	unsigned i;
+
+	assert_int_equal(fanout_set_skip_hook(NULL, skip_hook), -EINVAL);
+	assert_int_equal(fanout_set_skip_hook(skip_fn, skip_hook), 0);
+	/* the one worker held, so no child of b starts before the cancel */
+	tb_gate(hold, &gate);
+	must_dispatch(e, hold);
+	wait_one_started(hold);
+	for (i = 0; i < 3; i++)
+		t[i] = (struct fanout_task){.fn = skip_fn,
+					    .arg = &skip_seen[i]};
+	assert_int_equal(fanout_dispatch(e, &b, &id), 0);
+	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_PENDING), 0);
+	/* the hook ran before the event was published */
+	for (i = 0; i < 3; i++)
+		assert_int_equal(atomic_load(&skip_seen[i]), 1);
+	atomic_store(&gate, 1);
+	for (i = 0; i < 2; i++)
+		fanout_event_free(must_wait(fanout_default_sink(e)));
+	/* children that run are not handed to the hook */
+	assert_int_equal(fanout_dispatch(e, &b, &id), 0);
+	fanout_event_free(must_wait(fanout_default_sink(e)));
+	assert_int_equal(atomic_load(&skip_ran), 3);
+	for (i = 0; i < 3; i++)
+		assert_int_equal(atomic_load(&skip_seen[i]), 1);
+	/* removed: a skip calls nothing; registered again: replaced */
+	assert_int_equal(fanout_set_skip_hook(skip_fn, NULL), 0);
+	atomic_store(&gate, 0);
+	must_dispatch(e, hold);
+	assert_true(wait_ge(&hold->probes[0].runs, 2, WAIT_MS));
+	assert_int_equal(fanout_dispatch(e, &b, &id), 0);
+	assert_int_equal(fanout_cancel(e, id, FANOUT_CANCEL_PENDING), 0);
+	atomic_store(&gate, 1);
+	for (i = 0; i < 2; i++)
+		fanout_event_free(must_wait(fanout_default_sink(e)));
+	for (i = 0; i < 3; i++)
+		assert_int_equal(atomic_load(&skip_seen[i]), 1);
+	assert_int_equal(atomic_load(&skip_ran), 3);
+	/* the table is full once FANOUT_MAX_SKIP_HOOKS fns have one (this
+	 * process registered skip_fn; a slot is never given back) */
+	{
+		fanout_fn f[] = {skip_filler0, skip_filler1, skip_filler2,
+				 skip_filler3, skip_filler4, skip_filler5,
+				 skip_filler6, skip_filler7};
+		int err = 0;
+
+		for (i = 0; i < 8 && !err; i++)
+			err = fanout_set_skip_hook(f[i], skip_hook);
+		assert_int_equal(err, -ENOSPC);
+		assert_int_equal(i, FANOUT_MAX_SKIP_HOOKS);
+	}
+	tb_free(hold);
+	fanout_destroy(e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -482,6 +578,7 @@ int main(void)
 		TC(cancel_big_batch_exactly_once),
 		TC(cancel_races_completion),
 		TC(cancel_synchronous_run),
+		TC(cancel_skip_hook),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

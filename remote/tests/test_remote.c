@@ -2036,6 +2036,88 @@ static void test_held_cancel_answered(void **state)
 	env_free(v);
 }
 
+/* A local child that holds the engine's one worker until *arg is set. */
+static int hold_worker(struct fanout_child *c, void *arg)
+{
+	int *flag = arg;
+
+	(void)c;
+	__atomic_store_n(&flag[0], 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&flag[1], __ATOMIC_ACQUIRE))
+		h_sleep_ms(1);
+	return 0;
+}
+
+/*
+ * Tasks whose delegation ended before their child started (a deadline, a
+ * cancel) are freed then, not held until fanout_nats_close(): a
+ * long-lived dispatcher whose delegations met deadlines kept every such
+ * task's record and payload.  stats.unstarted counts those held; it was
+ * 2 after each of the two delegations here.
+ */
+static void test_skipped_tasks_freed(void **state)
+{
+	struct env *v = env_new(NULL);
+	struct fanout_config cfg = {
+		.flags = FANOUT_NO_PIN, .workers = 1, .max_children = 1};
+	const char *pl[] = {"echo:a", "echo:b", "echo:c"};
+	struct fanout_task t[2], hold = {.fn = hold_worker};
+	struct fanout_batch b = {.tasks = t, .ntasks = 2},
+			    hb = {.tasks = &hold, .ntasks = 1};
+	struct fanout_nats_stats st;
+	struct fanout_event *ev;
+	int flag[2] = {0, 0};
+	fanout_id id, hid;
+	unsigned i;
+
+	(void)state;
+	fanout_destroy(v->e);
+	assert_int_equal(fanout_create(&cfg, &v->e), 0);
+	assert_int_equal(open_disp(v, NULL, 0), 0);
+
+	/* No worker process: child 0 defers and waits for an outcome that
+	 * never comes, holding the delegation's one place, so children 1
+	 * and 2 never start before the deadline. */
+	dispatch(v, "t", pl, 3, 300ull * 1000000);
+	ev = one_event(v, 60000);
+	assert_true(ev->timed_out);
+	assert_int_equal(ev->results[1].status, FANOUT_INTERRUPTED);
+	assert_int_equal(ev->results[1].duration_ns, 0); /* never started */
+	assert_int_equal(ev->results[2].duration_ns, 0);
+	fanout_event_free(ev);
+	fanout_nats_stats(v->n, &st);
+	assert_int_equal(st.unstarted, 0);
+
+	/* Cancelled before any of its children started: the engine's one
+	 * worker is held by a local child meanwhile. */
+	hold.arg = flag;
+	assert_int_equal(fanout_dispatch(v->e, &hb, &hid), 0);
+	while (!__atomic_load_n(&flag[0], __ATOMIC_ACQUIRE))
+		h_sleep_ms(1);
+	for (i = 0; i < 2; i++)
+		assert_int_equal(fanout_nats_task(v->n, "t", pl[i],
+						  strlen(pl[i]), NULL, &t[i]),
+				 0);
+	fanout_nats_stats(v->n, &st);
+	assert_int_equal(st.unstarted, 2);
+	assert_int_equal(fanout_dispatch(v->e, &b, &id), 0);
+	assert_int_equal(fanout_cancel(v->e, id, FANOUT_CANCEL_PENDING), 0);
+	__atomic_store_n(&flag[1], 1, __ATOMIC_RELEASE);
+	for (i = 0; i < 2; i++) {
+		assert_int_equal(
+			fanout_wait(fanout_default_sink(v->e), &ev, 60000), 0);
+		if (ev->id == id) {
+			assert_int_equal(ev->ninterrupted, 2);
+			assert_int_equal(ev->results[0].duration_ns, 0);
+			assert_int_equal(ev->results[1].duration_ns, 0);
+		}
+		fanout_event_free(ev);
+	}
+	fanout_nats_stats(v->n, &st);
+	assert_int_equal(st.unstarted, 0);
+	env_free(v);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -2073,6 +2155,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_publish_retry_backoff, teardown),
 		cmocka_unit_test_teardown(test_retry_of_cancelled_dropped,
 					  teardown),
+		cmocka_unit_test_teardown(test_skipped_tasks_freed, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
