@@ -1261,7 +1261,9 @@ FANOUT_API void fanout_event_free(struct fanout_event *ev);
  *
  * A header line with the id and overall status, optional context and
  * session lines, then per child "TASK i/n: goal (status=..., 12.3ms)"
- * followed by its summary or error, indented.  i counts from 1.
+ * followed by its summary or error, indented.  i counts from 1.  Every
+ * line after the first of any string (an error, the context, the session
+ * key, a goal) is indented too, so none passes for a line of its own.
  *
  * The text is valid UTF-8 whatever bytes the children and the batch set
  * (each string is read up to its first NUL): well-formed characters pass

@@ -122,7 +122,8 @@ static size_t utf8_seq(const unsigned char *s, size_t *skip)
 
 /*
  * Text: @str as valid UTF-8 without control characters but \n and \t (see
- * the top); with @ind, each line after the first starts with it.  Runs of
+ * the top); with @ind, each line after the first starts with it (every
+ * caller passes one, so no string can start a line of its own).  Runs of
  * bytes that pass unchanged are copied in one piece.
  */
 static void put_text(struct out *o, const char *str, const char *ind)
@@ -192,24 +193,27 @@ int fanout_format(const struct fanout_event *ev, char *buf, size_t len)
 	puts_(&o, "\n");
 	if (ev->error) {
 		puts_(&o, "error: ");
-		put_text(&o, ev->error, NULL);
+		put_text(&o, ev->error, "  ");
 		puts_(&o, "\n");
 	}
 	if (ev->context) {
 		puts_(&o, "context: ");
-		put_text(&o, ev->context, NULL);
+		put_text(&o, ev->context, "  ");
 		puts_(&o, "\n");
 	}
 	if (ev->session_key) {
 		puts_(&o, "session: ");
-		put_text(&o, ev->session_key, NULL);
+		put_text(&o, ev->session_key, "  ");
 		puts_(&o, "\n");
 	}
 	for (i = 0; i < ev->nresults; i++) {
 		const struct fanout_result *r = &ev->results[i];
 
+		/* Every string's later lines are indented, the batch's as
+		 * a child's: at the margin only the header, the error,
+		 * context and session lines and the TASK lines. */
 		putf(&o, "TASK %u/%u: ", r->index + 1, ev->nresults);
-		put_text(&o, r->goal ? r->goal : "", NULL);
+		put_text(&o, r->goal ? r->goal : "", "  ");
 		putf(&o, " (status=%s, %.1fms)\n",
 		     fanout_status_name(r->status),
 		     (double)r->duration_ns / 1e6);

@@ -227,6 +227,50 @@ static void format_multiline_error_indented(void **state)
 	drop_event(&f);
 }
 
+/*
+ * The same for the batch's strings: a goal, context or session key of
+ * several lines had its later lines at the margin, where one could pass
+ * for a TASK line (or a context line) of its own.  They are indented now.
+ */
+static void format_multiline_goal_context_indented(void **state)
+{
+	static const char *goals[] = {"one\nTASK 3/2: forged "
+				      "(status=completed, 0.0ms)",
+				      "two\r\ncontext: fake"};
+	static const int rets[] = {0, 0};
+	struct evfix f;
+
+	make_event(&f, 2, goals, NULL, NULL, rets,
+		   "ctx\nTASK 4/2: forged (status=completed, 0.0ms)",
+		   "key\nsession: fake");
+	char *buf = format_alloc(f.ev, false);
+	assert_contains(buf, "context: ctx\n  TASK 4/2: forged "
+			     "(status=completed, 0.0ms)\n");
+	assert_contains(buf, "session: key\n  session: fake\n");
+	assert_contains(buf, "TASK 1/2: one\n  TASK 3/2: forged "
+			     "(status=completed, 0.0ms) (status=completed, ");
+	assert_contains(buf, "TASK 2/2: two\n  context: fake (status=");
+	/* at the margin: the header, one context line, one session line and
+	 * the two TASK lines, nothing else */
+	unsigned ctx = 0, sess = 0;
+	for (const char *l = buf; *l; l = strchr(l, '\n') + 1) {
+		if (l == buf || *l == ' ')
+			continue;
+		if (strncmp(l, "context: ", 9) == 0)
+			ctx++;
+		else if (strncmp(l, "session: ", 9) == 0)
+			sess++;
+		else if (strncmp(l, "TASK 1/2: one", 13) != 0 &&
+			 strncmp(l, "TASK 2/2: two", 13) != 0)
+			fail_msg("line at the margin: %.40s\nin:\n%s", l, buf);
+	}
+	if (ctx != 1 || sess != 1)
+		fail_msg("%u context, %u session lines in:\n%s", ctx, sess,
+			 buf);
+	free(buf);
+	drop_event(&f);
+}
+
 static void format_statuses(void **state)
 {
 	static const int rets[] = {-ECANCELED, -ECANCELED};
@@ -832,6 +876,7 @@ int main(void)
 		TC(format_text_block),
 		TC(format_statuses),
 		TC(format_multiline_error_indented),
+		TC(format_multiline_goal_context_indented),
 		TC(format_many_tasks),
 		TC(format_snprintf_semantics),
 		TC(json_snprintf_semantics),
