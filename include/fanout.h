@@ -938,7 +938,8 @@ FANOUT_API int fanout_set_error(struct fanout_child *c, const char *msg);
 
 /**
  * fanout_add_cost() - add @x to the child's cost; summed into the event.
- * Return: 0; -EINVAL for NULL @c or a NaN/negative/infinite @x.
+ * Return: 0; -EINVAL (cost unchanged) for NULL @c, a NaN/negative/infinite
+ * @x, or a sum that would not be finite (past DBL_MAX).
  */
 FANOUT_API int fanout_add_cost(struct fanout_child *c, double x);
 

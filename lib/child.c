@@ -101,9 +101,16 @@ int fanout_set_error(struct fanout_child *c, const char *msg)
 
 int fanout_add_cost(struct fanout_child *c, double x)
 {
+	double sum;
+
 	if (!c || c->pending || !isfinite(x) || x < 0)
 		return -EINVAL;
-	c->res->cost += x;
+	/* A sum past the largest double is refused, as by
+	 * fanout_pending_add_cost(): no child's cost is ever +inf. */
+	sum = c->res->cost + x;
+	if (!isfinite(sum))
+		return -EINVAL;
+	c->res->cost = sum;
 	return 0;
 }
 

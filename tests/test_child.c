@@ -2,6 +2,8 @@
 /* test_child.c - the calls a child makes on itself. */
 #include "common.h"
 
+#include <float.h>
+
 #define MAX_TEXT (16u << 20) /* 16 MiB, the documented limit */
 
 /* Run one child @fn(@arg) synchronously and return its event. */
@@ -304,6 +306,37 @@ static void child_add_cost(void **state)
 	fanout_destroy(e);
 }
 
+/* A sum past the largest double: refused, the cost unchanged, as for
+ * fanout_pending_add_cost() (it was +inf, a cost no outcome may have). */
+static int cost_overflow_fn(struct fanout_child *c, void *arg)
+{
+	int *rc = arg;
+
+	rc[0] = fanout_add_cost(c, DBL_MAX);
+	rc[1] = fanout_add_cost(c, DBL_MAX);
+	rc[2] = fanout_add_cost(c, 0.0);
+	return 0;
+}
+
+static void child_add_cost_overflow(void **state)
+{
+	struct fanout_engine *e = eng();
+	int rc[3] = {1, 1, 1};
+	struct fanout_task t = {"cost", cost_overflow_fn, rc};
+	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
+	struct fanout_event *ev = NULL;
+
+	assert_int_equal(fanout_run(e, &b, &ev), 0);
+	assert_int_equal(rc[0], 0);
+	assert_int_equal(rc[1], -EINVAL);
+	assert_int_equal(rc[2], 0);
+	assert_true(isfinite(ev->results[0].cost));
+	assert_true(ev->results[0].cost == DBL_MAX);
+	assert_true(ev->cost == DBL_MAX);
+	fanout_event_free(ev);
+	fanout_destroy(e);
+}
+
 /* ------------------------------------------------------- index, id ... */
 
 static void child_index_and_id(void **state)
@@ -472,6 +505,7 @@ int main(void)
 		TC(child_error_ignored_when_completed),
 		TC(child_error_when_interrupted),
 		TC(child_add_cost),
+		TC(child_add_cost_overflow),
 		TC(child_index_and_id),
 		TC(child_null_handling),
 		TC(child_current_child),

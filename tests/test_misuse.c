@@ -11,6 +11,8 @@
 
 #include "common.h"
 
+#include <float.h>
+
 /* ------------------------------------------------------------- helpers */
 
 static struct fanout_engine *eng1(void)
@@ -1214,6 +1216,9 @@ static int k05_child(struct fanout_child *c, void *arg)
 	k->rcs[3] = fanout_add_cost(c, -1.0);
 	k->rcs[4] = fanout_add_cost(c, INFINITY);
 	k->rcs[5] = fanout_add_cost(c, -INFINITY);
+	/* finite values whose sum is not: the second is refused */
+	k->rcs[6] = fanout_add_cost(c, DBL_MAX);
+	k->rcs[7] = fanout_add_cost(c, DBL_MAX);
 	return 0;
 }
 
@@ -1226,8 +1231,10 @@ static void K05_add_cost_bad(void **state)
 	assert_int_equal(k.rcs[0], 0);
 	for (int i = 1; i <= 5; i++)
 		assert_int_equal(k.rcs[i], -EINVAL);
-	assert_true(ev->results[0].cost == 1.5);
-	assert_true(ev->cost == 1.5);
+	assert_int_equal(k.rcs[6], 0);
+	assert_int_equal(k.rcs[7], -EINVAL);
+	assert_true(ev->results[0].cost == 1.5 + DBL_MAX); /* == DBL_MAX */
+	assert_true(ev->cost == ev->results[0].cost);
 	fanout_event_free(ev);
 	fanout_destroy(e);
 }
