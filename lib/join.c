@@ -1238,7 +1238,10 @@ int fanout__cancel_rec(struct record *rec, unsigned how)
 				       memory_order_seq_cst);
 	if (old & CANCEL_FINAL)
 		return -EALREADY; /* the finaliser already read the bits */
-	FANOUT_PROBE_CANCEL(rec->id, bits);
+	/* What was asked (not the PENDING that INTERRUPT implies) and by
+	 * whom: README's "cancel" row. */
+	FANOUT_PROBE_CANCEL(rec->id, how & CANCEL_HOW_MASK,
+			    how & ~(CANCEL_HOW_MASK | CANCEL_FINAL));
 	if (!(old & CANCEL_BY_CALLER) && (bits & CANCEL_BY_CALLER))
 		fanout__stat_add(&rec->e->st_cancelled, 1);
 	claim_rest(rec, old | bits);

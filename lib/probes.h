@@ -16,7 +16,14 @@
  *                                                 fanout_status)
  *   batch__done          id, status, ncompleted, nerror, ninterrupted
  *                                                 the event is made
- *   cancel               id, how                  fanout_cancel accepted
+ *   cancel               id, how, source          a delegation is interrupted
+ *                                                 (how: the FANOUT_CANCEL_*
+ *                                                 bits asked for; source: who
+ *                                                 asked, CANCEL_* in
+ *                                                 internal.h: 0x10 fanout_cancel
+ *                                                 or _session, 0x20 shutdown,
+ *                                                 0x40 deadline, 0x80 join
+ *                                                 policy, 0x100 its parent)
  *   defer                id, index                a child deferred itself
  *   complete             id, index, code          a deferred child completed
  *   reject               err                      a call refused (-errno)
@@ -92,7 +99,8 @@ FANOUT_PROBE_LIST(FANOUT__SEMAPHORE_DECLARE)
 #define FANOUT_PROBE_BATCH_DONE(id, status, ncompleted, nerror, ninterrupted)  \
 	STAP_PROBE5(fanout, batch__done, id, status, ncompleted, nerror,       \
 		    ninterrupted)
-#define FANOUT_PROBE_CANCEL(id, how) STAP_PROBE2(fanout, cancel, id, how)
+#define FANOUT_PROBE_CANCEL(id, how, source)                                   \
+	STAP_PROBE3(fanout, cancel, id, how, source)
 #define FANOUT_PROBE_DEFER(id, index) STAP_PROBE2(fanout, defer, id, index)
 #define FANOUT_PROBE_COMPLETE(id, index, code)                                 \
 	STAP_PROBE3(fanout, complete, id, index, code)
@@ -118,7 +126,7 @@ FANOUT_PROBE_LIST(FANOUT__SEMAPHORE_DECLARE)
 	FANOUT__NO4(id, index, status, duration_ns)
 #define FANOUT_PROBE_BATCH_DONE(id, status, ncompleted, nerror, ninterrupted)  \
 	FANOUT__NO5(id, status, ncompleted, nerror, ninterrupted)
-#define FANOUT_PROBE_CANCEL(id, how) FANOUT__NO2(id, how)
+#define FANOUT_PROBE_CANCEL(id, how, source) FANOUT__NO3(id, how, source)
 #define FANOUT_PROBE_DEFER(id, index) FANOUT__NO2(id, index)
 #define FANOUT_PROBE_COMPLETE(id, index, code) FANOUT__NO3(id, index, code)
 #define FANOUT_PROBE_REJECT(err) FANOUT__NO1(err)

@@ -103,6 +103,15 @@ static int nop(struct fanout_child *c, void *a)
 	(void)a;
 	return 0;
 }
+static int until_interrupted(struct fanout_child *c, void *a)
+{
+	struct timespec ts = {0, 1000000};
+
+	(void)a;
+	while (!fanout_interrupted(c))
+		nanosleep(&ts, NULL);
+	return -ECANCELED;
+}
 int main(void)
 {
 	/* one worker that parks at once */
@@ -113,6 +122,11 @@ int main(void)
 	struct fanout_task t = {"nop", nop, NULL};
 	struct fanout_batch b = {.tasks = &t, .ntasks = 1};
 	struct fanout_batch bad = {.tasks = &t, .ntasks = 0};
+	struct fanout_task w = {"wait", until_interrupted, NULL};
+	struct fanout_batch bw = {.tasks = &w, .ntasks = 1};
+	struct fanout_batch bd = {.tasks = &w, .ntasks = 1,
+				  .deadline_ns = 1000000};
+	fanout_id id;
 	struct timespec ts = {0, 20000000};
 
 	if (fanout_create(&cfg, &e))
@@ -124,6 +138,17 @@ int main(void)
 	fanout_event_free(ev);
 	if (fanout_dispatch(e, &bad, NULL) != -EINVAL) /* reject */
 		return 1;
+	/* cancel(INTERRUPT, from fanout_cancel), then cancel(INTERRUPT |
+	 * ABANDON, from the deadline) */
+	if (fanout_dispatch(e, &bw, &id) ||
+	    fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT) ||
+	    fanout_wait(fanout_default_sink(e), &ev, 10000))
+		return 1;
+	fanout_event_free(ev);
+	if (fanout_dispatch(e, &bd, NULL) ||
+	    fanout_wait(fanout_default_sink(e), &ev, 10000) || !ev->timed_out)
+		return 1;
+	fanout_event_free(ev);
 	fanout_destroy(e);
 	return 0;
 }
@@ -143,6 +168,13 @@ break -probe-stap fanout:worker__wake
 commands
 silent
 printf "PROBE worker__wake %d %lu\n", $_probe_arg0, $_probe_arg1
+continue
+end
+break -probe-stap fanout:cancel
+commands
+silent
+printf "PROBE cancel how %d\n", $_probe_arg1
+printf "PROBE cancel source %d\n", $_probe_arg2
 continue
 end
 break -probe-stap fanout:reject
@@ -169,4 +201,11 @@ awk '$1 == "PROBE" && $2 == "worker__wake" && $3 == 0 && $4 > 0 {ok = 1}
 	END {exit !ok}' "$tmp/out" ||
 	fail "worker__wake(0, slept_ns > 0) did not fire (semaphore not raised?)"
 grep -q '^PROBE reject -22$' "$tmp/out" || fail "reject(-EINVAL) did not fire"
-echo "check-probes: under gdb, worker__park, worker__wake (semaphore-guarded slept_ns) and reject fired with their arguments"
+# how: the FANOUT_CANCEL_* bits as asked; source: who asked (README).
+grep -q '^PROBE cancel how 2$' "$tmp/out" &&
+	grep -q '^PROBE cancel source 16$' "$tmp/out" ||
+	fail "cancel(how 2, source 0x10) did not fire for fanout_cancel(INTERRUPT)"
+grep -q '^PROBE cancel how 6$' "$tmp/out" &&
+	grep -q '^PROBE cancel source 64$' "$tmp/out" ||
+	fail "cancel(how 6, source 0x40) did not fire for a deadline"
+echo "check-probes: under gdb, worker__park, worker__wake (semaphore-guarded slept_ns), reject and cancel fired with their arguments"
