@@ -363,8 +363,10 @@ static void recheck(struct fanout_engine *e, fanout_id id,
 	fanout__read_unlock();
 }
 
-int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
-		    fanout_id *idp)
+/* fanout_dispatch(); with @inline_next, a -EBUSY is no refusal (neither
+ * counted nor probed): fanout_delegate() runs the batch inline instead. */
+static int dispatch(struct fanout_engine *e, const struct fanout_batch *b,
+		    fanout_id *idp, bool inline_next)
 {
 	struct fanout_sink *s;
 	struct record *rec;
@@ -452,7 +454,13 @@ out_async:
 out_active:
 	fanout__active_put(e, 2);
 	origin_put(&o);
-	return reject(e, err);
+	return inline_next && err == -EBUSY ? err : reject(e, err);
+}
+
+int fanout_dispatch(struct fanout_engine *e, const struct fanout_batch *b,
+		    fanout_id *idp)
+{
+	return dispatch(e, b, idp, false);
 }
 
 /*
@@ -568,16 +576,14 @@ int fanout_delegate(struct fanout_engine *e, const struct fanout_batch *b,
 	if (!fanout__current()) {
 		/* idp goes straight in: dispatch writes it before any child
 		 * can run, and not at all when it refuses. */
-		err = fanout_dispatch(e, b, idp);
+		err = dispatch(e, b, idp, true);
 		if (!err)
 			return FANOUT_BACKGROUND;
 		if (err != -EBUSY)
 			return err;
-		/* The refusal is answered inline: count what happens next (a
-		 * run, or the run's own refusal), not a rejection.  relaxed:
-		 * a statistic, as in fanout__stat_add. */
-		atomic_fetch_sub_explicit(&e->st_rejected, 1,
-					  memory_order_relaxed);
+		/* The -EBUSY is answered inline, so dispatch() neither
+		 * counted nor probed it as a rejection: what happens next
+		 * (a run, or the run's own refusal) is what counts. */
 		err = fanout_run(e, b, evp);
 		if (err)
 			return err;

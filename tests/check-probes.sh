@@ -116,7 +116,7 @@ int main(void)
 {
 	/* one worker that parks at once */
 	struct fanout_config cfg = {.workers = 1, .spin_ns = 1,
-				    .flags = FANOUT_NO_PIN};
+				    .max_async = 1, .flags = FANOUT_NO_PIN};
 	struct fanout_engine *e;
 	struct fanout_event *ev;
 	struct fanout_task t = {"nop", nop, NULL};
@@ -140,8 +140,13 @@ int main(void)
 		return 1;
 	/* cancel(INTERRUPT, from fanout_cancel), then cancel(INTERRUPT |
 	 * ABANDON, from the deadline) */
+	/* bw holds the one max_async slot: a delegate at top level runs
+	 * inline (not a refusal, so no reject probe) */
 	if (fanout_dispatch(e, &bw, &id) ||
-	    fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT) ||
+	    fanout_delegate(e, &b, NULL, &ev) != FANOUT_INLINE_FULL)
+		return 1;
+	fanout_event_free(ev);
+	if (fanout_cancel(e, id, FANOUT_CANCEL_INTERRUPT) ||
 	    fanout_wait(fanout_default_sink(e), &ev, 10000))
 		return 1;
 	fanout_event_free(ev);
@@ -201,6 +206,8 @@ awk '$1 == "PROBE" && $2 == "worker__wake" && $3 == 0 && $4 > 0 {ok = 1}
 	END {exit !ok}' "$tmp/out" ||
 	fail "worker__wake(0, slept_ns > 0) did not fire (semaphore not raised?)"
 grep -q '^PROBE reject -22$' "$tmp/out" || fail "reject(-EINVAL) did not fire"
+grep -q '^PROBE reject -16$' "$tmp/out" &&
+	fail "reject(-EBUSY) fired for a delegate that ran inline (FANOUT_INLINE_FULL)"
 # how: the FANOUT_CANCEL_* bits as asked; source: who asked (README).
 grep -q '^PROBE cancel how 2$' "$tmp/out" &&
 	grep -q '^PROBE cancel source 16$' "$tmp/out" ||
