@@ -38,6 +38,7 @@ import functools
 import inspect
 import itertools
 import math
+import numbers
 import operator
 import os
 import sys
@@ -110,14 +111,53 @@ def _fmt_id(i):
     return "deleg_%016x" % i
 
 
+_UINT_MAX = 2 ** 32 - 1
+_U64_MAX = 2 ** 64 - 1
+
+
 def _parse_id(id):
-    if isinstance(id, int):
-        return id
+    """id (an int, "deleg_<hex>" or a Handle) as a fanout_id.  Checked
+    here: cffi would raise OverflowError for one out of range."""
     if isinstance(id, Handle):
         return id._id
-    if isinstance(id, str) and id.startswith("deleg_"):
-        return int(id[6:], 16)
-    raise ValueError(f"not a delegation id: {id!r}")
+    if isinstance(id, str):
+        try:
+            if not id.startswith("deleg_"):
+                raise ValueError
+            n = int(id[6:], 16)
+        except ValueError:
+            raise ValueError(f"not a delegation id: {id!r}") from None
+    elif isinstance(id, int) and not isinstance(id, bool):
+        n = id
+    else:
+        raise TypeError(f"a delegation id is an int, a \"deleg_...\" str "
+                        f"or a Handle, not {type(id).__name__}")
+    if not 0 < n <= _U64_MAX:
+        raise ValueError(f"not a delegation id: {id!r}")
+    return n
+
+
+def _uint(name, v, hi):
+    """v, an int in [0, hi] (a C unsigned of that range), or raise
+    TypeError / ValueError naming `name`."""
+    if isinstance(v, bool) or not hasattr(type(v), "__index__"):
+        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+    v = operator.index(v)
+    if not 0 <= v <= hi:
+        raise ValueError(f"{name} must be in [0, {hi}], not {v}")
+    return v
+
+
+def _seconds(name, x):
+    """x, a real number of seconds, as a float (inf when too large for a
+    float); TypeError for anything else."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a number of seconds, not "
+                        f"{type(x).__name__}")
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf
 
 
 def _flag(cev, name):
@@ -162,6 +202,8 @@ def c_child(library, symbol):
     The library may call fanout_* functions of the running child only if it
     links the same fanout as this package: use libfanout.so's symbols only
     for what the child is given."""
+    if not isinstance(symbol, str):
+        raise TypeError(f"symbol must be a str, not {type(symbol).__name__}")
     h = _dl_handles.get(library)
     if h is None:
         h = lib.dlopen(os.fsencode(library), lib.RTLD_NOW | lib.RTLD_LOCAL)
@@ -188,12 +230,26 @@ _RUN_CHILD_FN = ffi.cast("fanout_fn", ffi.addressof(lib, "pyfo_run_child"))
 def builtin(name):
     """A C child compiled into this package: "noop", "spin", "sleep" (arg:
     fanout.nanoseconds(ns)) or "tick" (arg: a fanout.Counter)."""
-    return CChild(ffi.addressof(lib, _BUILTIN[name]), name)
+    try:
+        sym = _BUILTIN[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"no builtin C child {name!r} (one of "
+                         f"{sorted(_BUILTIN)})") from None
+    return CChild(ffi.addressof(lib, sym), name)
 
 
 def nanoseconds(ns):
-    """The argument of builtin("spin") and builtin("sleep")."""
-    return ffi.new("uint64_t *", int(ns))
+    """The argument of builtin("spin") and builtin("sleep"): a number of
+    nanoseconds in [0, 2**64 - 1]."""
+    if isinstance(ns, bool) or not isinstance(ns, numbers.Real):
+        raise TypeError(f"nanoseconds takes a number, not "
+                        f"{type(ns).__name__}")
+    if isinstance(ns, float) and not math.isfinite(ns):
+        raise ValueError(f"nanoseconds must be finite, not {ns!r}")
+    n = int(ns)
+    if not 0 <= n <= _U64_MAX:
+        raise ValueError(f"nanoseconds must be in [0, 2**64 - 1], not {ns!r}")
+    return ffi.new("uint64_t *", n)
 
 
 class Counter:
@@ -311,7 +367,12 @@ class ChildContext:
         finished it (cancel with abandon, deadline, join policy, close)
         while its code still runs.  Its cost is in the event then, and a
         later addition would be lost without a word."""
-        x = float(x)
+        if isinstance(x, bool) or not isinstance(x, numbers.Real):
+            raise TypeError(f"cost must be a number, not {type(x).__name__}")
+        try:
+            x = float(x)
+        except OverflowError:  # an int too large for a float
+            raise ValueError(f"cost must be finite, not {x!r}") from None
         if not math.isfinite(x) or x < 0:
             raise ValueError("cost must be finite and >= 0")
         c = self._child
@@ -559,6 +620,44 @@ class _Batch:
         self.parent = None  # the _PyChild an inline run's within names
 
 
+_MAX_DEADLINE_NS = lib.FANOUT_MAX_DEADLINE_NS if _HAVE_V02 else 0
+
+
+def _policy(deadline, join, quorum, ntasks):
+    """(deadline_ns, join, quorum) of a batch of ntasks, checked: what the
+    library would refuse, or cffi could not store, is a ValueError or
+    TypeError here, before anything is made."""
+    if not isinstance(join, str):
+        raise TypeError(f"join must be a str, not {type(join).__name__}")
+    if join not in ("all", "first_error", "any", "quorum"):
+        raise ValueError(f"join must be one of {sorted(_JOIN)}, "
+                         f"not {join!r}")
+    if quorum is not None:
+        quorum = _uint("quorum", quorum, _UINT_MAX)
+    if join == "quorum":
+        if not quorum or quorum > ntasks:
+            raise ValueError(f"join=\"quorum\" needs 1 <= quorum <= "
+                             f"{ntasks} (the number of tasks), not "
+                             f"{quorum!r}")
+    elif quorum:
+        raise ValueError(f"quorum={quorum} goes only with "
+                         f"join=\"quorum\", not join={join!r}")
+    ns = 0
+    if deadline is not None:
+        d = _seconds("deadline", deadline)
+        if not d > 0:  # (NaN too)
+            raise ValueError(f"deadline must be > 0 seconds, not "
+                             f"{deadline!r}")
+        if _HAVE_V02 and d * 1e9 > _MAX_DEADLINE_NS:
+            raise ValueError(f"deadline must be at most "
+                             f"{_MAX_DEADLINE_NS / 1e9:g} seconds (30 days), "
+                             f"not {deadline!r}")
+        ns = max(1, int(d * 1e9))
+    if (ns or join != "all" or quorum) and not _HAVE_V02:
+        raise NotImplementedError("deadline/join need fanout 0.2")
+    return ns, _JOIN.get(join, 0), quorum or 0
+
+
 class Sink:
     """Where events go.  Every engine has a default sink; eng.sink() makes
     more.  Each handle's event resolves the handle whatever the sink;
@@ -622,6 +721,11 @@ class Engine:
                          max_children=max_children, max_tasks=max_tasks,
                          max_depth=max_depth, keep_completed=keep_completed,
                          spin_ns=spin_ns)
+        # Checked here, not by cffi at open() (OverflowError, TypeError).
+        for k, v in self._cfg.items():
+            if v is not None:
+                self._cfg[k] = _uint(
+                    k, v, _U64_MAX if k == "spin_ns" else _UINT_MAX)
         self._pin = pin
         self._on_demand = bool(runners_on_demand)
         # Checked here: the pool is made at the first plain-function child,
@@ -844,9 +948,23 @@ class Engine:
     def _make_batch(self, tasks, context, session_key, deadline, join,
                     quorum, sink, inline=False):
         tasks = list(tasks)
+        n = len(tasks)
+        # Every argument is checked before anything is made or changed.
+        for i, t in enumerate(tasks):
+            if not isinstance(t, Task):
+                raise TypeError(f"tasks[{i}] is not a fanout.Task: {t!r}")
+        deadline_ns, cjoin, cquorum = _policy(deadline, join, quorum, n)
+        if sink is not None:
+            if not isinstance(sink, Sink):
+                raise TypeError(f"sink must be a fanout.Sink (eng.sink()), "
+                                f"not {type(sink).__name__}")
+            if sink._engine is not self:
+                raise ValueError("fanout: the sink belongs to another "
+                                 "engine")
+            if sink._c is None:
+                raise ValueError("fanout: the sink is closed")
         token = next(self._tokens)
         b = _Batch(token, tasks)
-        n = len(tasks)
         ctasks = ffi.new("struct fanout_task[]", max(n, 1))
         keep = [ctasks]
         pyb = None
@@ -860,8 +978,6 @@ class Engine:
             wraps = ffi.new("struct pyfo_cwrap[]", max(n, 1))
             keep += [b.run, wraps]
         for i, t in enumerate(tasks):
-            if not isinstance(t, Task):
-                raise TypeError(f"tasks[{i}] is not a fanout.Task: {t!r}")
             g = t._cgoal
             if g is None:
                 g = t._cgoal = ffi.new("char[]", t.goal.encode())
@@ -902,27 +1018,13 @@ class Engine:
             keep.append(s)
             cb.session_key = s
         if sink is not None:
-            if not isinstance(sink, Sink):
-                raise TypeError(f"sink must be a fanout.Sink (eng.sink()), "
-                                f"not {type(sink).__name__}")
-            if sink._c is None:
-                raise ValueError("fanout: the sink is closed")
             cb.sink = sink._c
             b.sink = sink
         cb.user = ffi.cast("void *", token)
-        if deadline is not None or join != "all" or quorum:
-            if not _HAVE_V02:
-                raise NotImplementedError("deadline/join need fanout 0.2")
         if _HAVE_V02:
-            if deadline is not None:
-                if deadline <= 0:
-                    raise ValueError("deadline must be > 0 seconds")
-                cb.deadline_ns = max(1, int(deadline * 1e9))
-            try:
-                cb.join = _JOIN[join]
-            except KeyError:
-                raise ValueError(f"join must be one of {sorted(_JOIN)}")
-            cb.quorum = quorum or 0
+            cb.deadline_ns = deadline_ns
+            cb.join = cjoin
+            cb.quorum = cquorum
             cur = _current.get()
             if cur is not None and not cur._child.done:
                 cb.within = cur._child.p
@@ -1238,6 +1340,9 @@ class Engine:
     async def events(self, sink=None):
         """Yield the events of `sink` (default: the engine's) as they come;
         ends when the sink is closed or the engine closes."""
+        if sink is not None and not isinstance(sink, Sink):
+            raise TypeError(f"sink must be a fanout.Sink (eng.sink()), "
+                            f"not {type(sink).__name__}")
         s = sink or self._default
         if s is None:
             raise RuntimeError("fanout.Engine is not open (use async with)")

@@ -1941,5 +1941,90 @@ class TestApi(Base):
         self.assertEqual(ev.results[0].summary, "ok")
 
 
+    async def test_out_of_range_arguments_are_refused_before_anything(self):
+        # deadline=inf, quorum=-1 and the like went through to cffi, which
+        # raised OverflowError/TypeError (deadline=inf: from int(), quorum
+        # 2**40: while filling the batch) instead of a clear refusal.
+        # Each bad argument is a ValueError or TypeError now, raised
+        # before anything is dispatched or changed.
+        for kw in (dict(workers=-1), dict(max_async=2**32),
+                   dict(spin_ns=-5), dict(max_depth=2**70)):
+            with self.assertRaises(ValueError, msg=kw):
+                fanout.Engine(**kw)
+        for kw in (dict(workers="2"), dict(max_tasks=1.5),
+                   dict(keep_completed=True)):
+            with self.assertRaises(TypeError, msg=kw):
+                fanout.Engine(**kw)
+        eng = await self.engine()
+        task = [fanout.Task("x", sleeper, 0), fanout.Task("y", sleeper, 0)]
+        bad = [
+            (ValueError, dict(deadline=float("inf"))),
+            (ValueError, dict(deadline=float("nan"))),
+            (ValueError, dict(deadline=-0.5)),
+            (ValueError, dict(deadline=0)),
+            (ValueError, dict(deadline=10**400)),
+            (ValueError, dict(deadline=31 * 24 * 3600)),  # > 30 days
+            (TypeError, dict(deadline="5")),
+            (TypeError, dict(deadline=True)),
+            (ValueError, dict(join="quorum", quorum=-1)),
+            (ValueError, dict(join="quorum", quorum=2**40)),
+            (ValueError, dict(join="quorum", quorum=3)),  # > ntasks
+            (ValueError, dict(join="quorum")),
+            (ValueError, dict(join="all", quorum=1)),
+            (TypeError, dict(join="quorum", quorum="2")),
+            (TypeError, dict(join="quorum", quorum=1.5)),
+            (TypeError, dict(join=["all"])),
+            (TypeError, dict(sink="default")),
+        ]
+        other = fanout.Engine(workers=1, pin=False)
+        await other.__aenter__()
+        self.addAsyncCleanup(other.aclose)
+        bad.append((ValueError, dict(sink=other.sink())))
+        for exc, kw in bad:
+            with self.assertRaises(exc, msg=kw):
+                eng.dispatch(task, **kw)
+            with self.assertRaises(exc, msg=kw):
+                await eng.gather(task, **kw)
+            with self.assertRaises(exc, msg=kw):
+                await eng.delegate(task, **kw)
+        self.assertEqual(eng.stats()["dispatched"], 0)
+        self.assertEqual(eng.list(), [])
+        self.assertEqual(eng._batches, {})
+        for exc, id in ((ValueError, -1), (ValueError, 2**64),
+                        (ValueError, 0), (ValueError, "deleg_zz"),
+                        (ValueError, "deleg_" + "f" * 17),
+                        (TypeError, 1.5), (TypeError, True)):
+            with self.assertRaises(exc, msg=id):
+                eng.cancel(id)
+            with self.assertRaises(exc, msg=id):
+                eng.lookup(id)
+        for exc, ns in ((ValueError, -1), (ValueError, 2**64),
+                        (ValueError, float("inf")), (TypeError, "5")):
+            with self.assertRaises(exc, msg=ns):
+                fanout.nanoseconds(ns)
+        with self.assertRaises(ValueError):
+            fanout.builtin("no such child")
+        with self.assertRaises(TypeError):
+            await eng.events("default").__anext__()
+        seen = []
+
+        def child():
+            cur = fanout.current()
+            for exc, x in ((ValueError, 10**400), (TypeError, "1.5"),
+                           (ValueError, float("nan"))):
+                try:
+                    cur.add_cost(x)
+                    seen.append(None)
+                except exc:
+                    seen.append(exc)
+            cur.add_cost(0.5)
+
+        ev = await asyncio.wait_for(eng.gather([fanout.Task("c", child)]),
+                                    LONG)
+        self.assertEqual(seen, [ValueError, TypeError, ValueError])
+        self.assertEqual(ev.cost, 0.5)
+        self.assertEqual(eng.stats()["dispatched"], 1)
+
+
 if __name__ == "__main__":
     unittest.main()
