@@ -754,6 +754,15 @@ class Engine:
         self._threads = set()  # inline runs' threads (fanout_run)
         self._idle = None
         self._closing = False
+        # Calls that may come from any thread (a plain-function child's,
+        # or one that outlives it, or the user's) use the C engine between
+        # _enter() and _leave(); the close waits under _lock until none
+        # is between them, and _free sets _e to None under it before
+        # fanout_destroy.  Held only by those calls and the close, never
+        # by a child's start or completion.
+        self._lock = threading.Lock()
+        self._unused = threading.Condition(self._lock)
+        self._users = 0
         self._close_task = None  # aclose()'s work, shielded from its caller
         self._tasks_running = set()
         self.orphan_events = 0   # events no handle waited for (never, we hope)
@@ -837,12 +846,25 @@ class Engine:
                 self.aclose(), self._loop))
             return
         if self._close_task is None:
-            self._closing = True
             self._close_task = self._loop.create_task(self._close())
         await asyncio.shield(self._close_task)
 
+    def _refuse_new_users(self):
+        """From now on calls that start work are refused (ESHUTDOWN); wait
+        for those already between _enter and _leave (a dispatch from
+        another thread is then in _batches, or refused, before the close
+        lists what runs).  Each holds it for one short C call that never
+        waits for the loop, so the loop blocks only that long."""
+        with self._lock:
+            self._closing = True
+            if self._users and _test_point is not None:
+                _test_point("close_waits_users", self)
+            while self._users:
+                self._unused.wait()
+
     async def _close(self):
         try:
+            self._refuse_new_users()
             how = lib.FANOUT_CANCEL_INTERRUPT | _ABANDON
             for i in self._running_ids():
                 lib.fanout_cancel(self._e, i, how)
@@ -879,7 +901,7 @@ class Engine:
         return), _free waits for the threads and frees the engine, then
         each Python child the loop never finished is released
         (fanout_complete on an abandoned child: -EALREADY)."""
-        self._closing = True
+        self._refuse_new_users()
         how = lib.FANOUT_CANCEL_INTERRUPT | _ABANDON
         for i in self._running_ids():
             lib.fanout_cancel(self._e, i, how)
@@ -895,7 +917,7 @@ class Engine:
     def _running_ids(self):
         """Ids of every running record, for the close to cancel.  Records
         may appear between two fanout_list calls (a child's thread that
-        passed _check_open before the close began, C children that
+        a test forcing it, C children that
         delegate), and fanout_list writes the newest first: an array
         sized from an earlier count would drop the OLDEST runs, which
         would then never be cancelled.  So list again, with room for
@@ -928,9 +950,15 @@ class Engine:
         for t in list(self._threads):
             t.join()  # each has handed its result back: it is returning
         self._threads.clear()
-        lib.fanout_destroy(self._e)
+        # Calls that serve a closing engine (cancel, lookup, list, stats)
+        # may still be between _enter and _leave on other threads: wait
+        # for them, and let no other one in (_e is None), before the free.
+        with self._lock:
+            while self._users:
+                self._unused.wait()
+            e, self._e = self._e, None
+        lib.fanout_destroy(e)
         self.late_starts += lib.pyfo_glue_free(self._glue)
-        self._e = None
         self._glue = None
         self._close_task = None
 
@@ -938,12 +966,32 @@ class Engine:
     def _check_live(self):
         """For the calls that also serve a closing engine."""
         if self._e is None:
-            raise RuntimeError("fanout.Engine is not open (use async with)")
+            raise RuntimeError("fanout.Engine is not open (it was closed, "
+                               "or never opened: use async with)")
 
     def _check_open(self):
         self._check_live()
         if self._closing:
             raise OSError(_errno.ESHUTDOWN, "fanout: the engine is closing")
+
+    def _enter(self, live_ok=False):
+        """Before a use of the C engine from a call any thread may make:
+        the engine is not freed until _leave().  RuntimeError once it is
+        closed, OSError(ESHUTDOWN) while it closes unless live_ok."""
+        with self._lock:
+            if live_ok:
+                self._check_live()
+            else:
+                self._check_open()
+            self._users += 1
+        if _test_point is not None:
+            _test_point("engine_call", self)
+
+    def _leave(self):
+        with self._lock:
+            self._users -= 1
+            if not self._users:
+                self._unused.notify_all()
 
     def _make_batch(self, tasks, context, session_key, deadline, join,
                     quorum, sink, inline=False):
@@ -1058,7 +1106,15 @@ class Engine:
         BusyError at max_async (the message names the limit), OSError for
         other refusals (nothing was started then).  Its event resolves the
         handle, and is also yielded by events() of its sink."""
-        self._check_open()
+        self._enter()
+        try:
+            return self._dispatch(tasks, context, session_key, deadline,
+                                  join, quorum, sink, _awaited)
+        finally:
+            self._leave()
+
+    def _dispatch(self, tasks, context, session_key, deadline, join, quorum,
+                  sink, _awaited):
         b = self._make_batch(tasks, context, session_key, deadline, join,
                              quorum, sink)
         idp = ffi.new("fanout_id *")
@@ -1246,19 +1302,24 @@ class Engine:
                 par.engine._complete(par, *held)
 
     def _cancel(self, id, interrupt, abandon):
-        if self._e is None:
-            return False
         how = lib.FANOUT_CANCEL_PENDING
         if interrupt or abandon:  # ABANDON goes only with INTERRUPT
             how |= lib.FANOUT_CANCEL_INTERRUPT
         if abandon:
             how |= _ABANDON
-        rc = lib.fanout_cancel(self._e, id, how)
-        if rc in (-_errno.EALREADY, -_errno.ENOENT):
-            return False
-        if rc:
-            raise _error(rc, self)
-        return True
+        try:
+            self._enter(live_ok=True)
+        except RuntimeError:
+            return False  # closed: every delegation of it has finished
+        try:
+            rc = lib.fanout_cancel(self._e, id, how)
+            if rc in (-_errno.EALREADY, -_errno.ENOENT):
+                return False
+            if rc:
+                raise _error(rc, self)
+            return True
+        finally:
+            self._leave()
 
     def cancel(self, id, interrupt=True, abandon=False):
         """Cancel a delegation by id ("deleg_..." or a Handle)."""
@@ -1266,7 +1327,6 @@ class Engine:
 
     def cancel_session(self, session_key, interrupt=True, abandon=False):
         """Cancel every running delegation of a session; returns how many."""
-        self._check_open()
         if not hasattr(lib, "fanout_cancel_session"):
             raise NotImplementedError("fanout_cancel_session is missing "
                                       "from this build of the library")
@@ -1275,48 +1335,62 @@ class Engine:
             how |= lib.FANOUT_CANCEL_INTERRUPT
         if abandon:
             how |= _ABANDON
+        key = str(session_key).encode()
         n = ffi.new("size_t *")
-        rc = lib.fanout_cancel_session(self._e, str(session_key).encode(),
-                                       how, n)
-        if rc:
-            raise _error(rc, self)
+        self._enter()
+        try:
+            rc = lib.fanout_cancel_session(self._e, key, how, n)
+            if rc:
+                raise _error(rc, self)
+        finally:
+            self._leave()
         return n[0]
 
     def lookup(self, id):
         """Info of one delegation (running, or finished and still kept);
         KeyError when unknown or pruned."""
-        self._check_live()
+        n = _parse_id(id)
         info = ffi.new("struct fanout_info *")
-        rc = lib.fanout_lookup(self._e, _parse_id(id), info)
-        if rc == -_errno.ENOENT:
-            raise KeyError(id)
+        self._enter(live_ok=True)
+        try:
+            rc = lib.fanout_lookup(self._e, n, info)
+            if rc and rc != -_errno.ENOENT:
+                raise _error(rc, self)
+        finally:
+            self._leave()
         if rc:
-            raise _error(rc, self)
+            raise KeyError(id)
         return Info(info, lib.fanout_now_ns())
 
     def list(self):
         """Running and recently finished delegations, newest first."""
-        self._check_live()
         n = ffi.new("size_t *")
         cap = 64
-        while True:
-            infos = ffi.new("struct fanout_info[]", cap)
-            rc = lib.fanout_list(self._e, infos, cap, n)
-            if rc:
-                raise _error(rc, self)
-            if n[0] <= cap:
-                break
-            cap = n[0] + 64
+        self._enter(live_ok=True)
+        try:
+            while True:
+                infos = ffi.new("struct fanout_info[]", cap)
+                rc = lib.fanout_list(self._e, infos, cap, n)
+                if rc:
+                    raise _error(rc, self)
+                if n[0] <= cap:
+                    break
+                cap = n[0] + 64
+        finally:
+            self._leave()
         now = lib.fanout_now_ns()
         return [Info(infos[k], now) for k in range(n[0])]
 
     def stats(self):
         """The engine's counters, as a dict (see struct fanout_stats)."""
-        self._check_live()
         st = ffi.new("struct fanout_stats *")
-        rc = lib.fanout_stats(self._e, st)
-        if rc:
-            raise _error(rc, self)
+        self._enter(live_ok=True)
+        try:
+            rc = lib.fanout_stats(self._e, st)
+            if rc:
+                raise _error(rc, self)
+        finally:
+            self._leave()
         out = {k: getattr(st, k) for k in (
             "dispatched", "runs", "completed", "rejected", "cancelled",
             "children_run", "children_skipped", "parks", "wakeups",
@@ -1327,11 +1401,14 @@ class Engine:
     # -- sinks and events
     def sink(self):
         """A new Sink with its own eventfd, watched by the loop."""
-        self._check_open()
         sp = ffi.new("struct fanout_sink **")
-        rc = lib.fanout_sink_create(self._e, sp)
-        if rc:
-            raise _error(rc, self)
+        self._enter()
+        try:
+            rc = lib.fanout_sink_create(self._e, sp)
+            if rc:
+                raise _error(rc, self)
+        finally:
+            self._leave()
         s = Sink(self, sp[0], False)
         self._sinks.append(s)
         self._loop.add_reader(s._fd, self._drain_sink, s)

@@ -2026,5 +2026,68 @@ class TestApi(Base):
         self.assertEqual(eng.stats()["dispatched"], 1)
 
 
+    async def straggler_racing_aclose(self, call):
+        # A thread (one a plain-function child left behind, or the
+        # user's) makes call(eng) and is preempted just before its C call
+        # on the engine, while the loop closes the engine.  The close
+        # used to run to the end and free the engine under it: the call
+        # then used the destroyed engine (fanout_cancel on freed memory;
+        # here, where it had not read the pointer yet, cffi refused the
+        # None it found instead).
+        # Now the close waits for it (close_waits_users releases it).
+        eng = await self.engine()
+        inside, go = threading.Event(), threading.Event()
+        out = []
+
+        def tp(name, obj):
+            if name == "engine_call" and obj is eng and \
+                    threading.current_thread() is t:
+                inside.set()
+                self.assertTrue(go.wait(LONG))
+                out.append(("alive", eng._e is not None))
+            elif name == "close_waits_users" and obj is eng:
+                go.set()
+
+        def run():
+            try:
+                out.append(("ok", call(eng, hung)))
+            except BaseException as e:  # noqa: B902 - checked below
+                out.append(("raised", e))
+
+        self.set_test_point(tp)
+        t = threading.Thread(target=run)
+        hung = eng.dispatch([fanout.Task("h", hang)])
+        t.start()
+        await self.wait_thread_event(inside)
+        close = asyncio.ensure_future(eng.aclose())
+        await asyncio.wait_for(asyncio.shield(close), LONG)
+        go.set()  # (the close set it, unless it did not wait)
+        await asyncio.get_running_loop().run_in_executor(None, t.join, LONG)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(out[0], ("alive", True), out)
+        self.assertEqual(out[1][0], "ok", out)
+        self.assertEqual((await hung).status, "interrupted")
+        self.set_test_point(None)
+        # Once closed, the same calls refuse or report "finished".
+        self.assertFalse(hung.cancel())
+        with self.assertRaisesRegex(RuntimeError, "not open"):
+            eng.dispatch([fanout.Task("late", sleeper, 0)])
+        with self.assertRaisesRegex(RuntimeError, "not open"):
+            eng.lookup(hung)
+        self.assertClean(eng)
+        return out[1][1]
+
+    async def test_a_straggler_cancel_racing_aclose_waits_for_it(self):
+        self.assertTrue(await self.straggler_racing_aclose(
+            lambda eng, hung: hung.cancel()))
+
+    async def test_a_straggler_dispatch_racing_aclose_gets_its_event(self):
+        late = await self.straggler_racing_aclose(
+            lambda eng, hung: eng.dispatch([fanout.Task("late", hang)]))
+        self.assertIsInstance(late, fanout.Handle)
+        ev = await asyncio.wait_for(late, LONG)
+        self.assertEqual((ev.status, ev.cancelled), ("interrupted", True))
+
+
 if __name__ == "__main__":
     unittest.main()
