@@ -41,7 +41,6 @@ import math
 import numbers
 import operator
 import os
-import sys
 import threading
 import weakref
 
