@@ -30,6 +30,8 @@ library, a small C function that defers itself and hands the pending child
 to the loop through an eventfd (see _glue.c).  Completion events wake the
 loop through the sink's eventfd (loop.add_reader), never by polling.
 """
+from __future__ import annotations  # annotations stay unevaluated
+
 import asyncio
 import concurrent.futures
 import contextvars
@@ -43,6 +45,8 @@ import operator
 import os
 import threading
 import weakref
+from typing import (Any, AsyncIterator, Callable, Dict, Iterable, List,
+                    Optional, Union)
 
 from ._fanout import ffi, lib
 
@@ -195,7 +199,8 @@ class CChild:
 _dl_handles = {}
 
 
-def c_child(library, symbol):
+def c_child(library: Union[str, bytes, os.PathLike],
+            symbol: str) -> CChild:
     """The C child `symbol` (int symbol(struct fanout_child *, void *)) from
     the shared library at path `library` (dlopen, RTLD_NOW | RTLD_LOCAL).
     The library may call fanout_* functions of the running child only if it
@@ -226,7 +231,7 @@ _DEFER_FN = ffi.cast("fanout_fn", ffi.addressof(lib, "pyfo_defer_child"))
 _RUN_CHILD_FN = ffi.cast("fanout_fn", ffi.addressof(lib, "pyfo_run_child"))
 
 
-def builtin(name):
+def builtin(name: str) -> CChild:
     """A C child compiled into this package: "noop", "spin", "sleep" (arg:
     fanout.nanoseconds(ns)) or "tick" (arg: a fanout.Counter)."""
     try:
@@ -237,7 +242,7 @@ def builtin(name):
     return CChild(ffi.addressof(lib, sym), name)
 
 
-def nanoseconds(ns):
+def nanoseconds(ns: Union[int, float]) -> Any:
     """The argument of builtin("spin") and builtin("sleep"): a number of
     nanoseconds in [0, 2**64 - 1]."""
     if isinstance(ns, bool) or not isinstance(ns, numbers.Real):
@@ -259,11 +264,11 @@ class Counter:
         self._mem = ffi.new("uint64_t[2]")
 
     @property
-    def value(self):
+    def value(self) -> int:
         """How many steps the tick children made so far."""
         return lib.pyfo_load(self._mem)
 
-    def stop(self):
+    def stop(self) -> None:
         """Tell the tick children to return (their summary: their steps)."""
         lib.pyfo_store(self._mem + 1, 1)
 
@@ -294,7 +299,8 @@ class Task:
 
     __slots__ = ("goal", "fn", "args", "kind", "_cgoal")
 
-    def __init__(self, goal, fn, *args):
+    def __init__(self, goal: object, fn: Union[Callable[..., Any], CChild],
+                 *args: Any) -> None:
         self.goal = str(goal)
         self._cgoal = None  # the goal as a C string, made once
         self.fn = fn
@@ -323,23 +329,23 @@ class ChildContext:
         self._child = child
 
     @property
-    def index(self):
+    def index(self) -> int:
         return self._child.index
 
     @property
-    def id(self):
+    def id(self) -> str:
         return _fmt_id(self._child.id)
 
     @property
-    def goal(self):
+    def goal(self) -> str:
         return self._child.batch.tasks[self._child.index].goal
 
     @property
-    def engine(self):
+    def engine(self) -> Engine:
         return self._child.engine
 
     @property
-    def interrupted(self):
+    def interrupted(self) -> bool:
         """True once fanout interrupted the delegation (cancel, deadline,
         join policy, session cancel, shutdown)."""
         c = self._child
@@ -358,7 +364,7 @@ class ChildContext:
                 _test_point("interrupted", c)
             return bool(lib.fanout_pending_interrupted(p))
 
-    def add_cost(self, x):
+    def add_cost(self, x: Union[int, float]) -> None:
         """Add x (finite, >= 0) to the child's cost.  ValueError, and the
         cost is unchanged, for a bad x or when the sum would overflow.
         RuntimeError, changing nothing, once the child has ended: it
@@ -403,7 +409,7 @@ class ChildContext:
 _current = contextvars.ContextVar("fanout_current", default=None)
 
 
-def current():
+def current() -> Optional[ChildContext]:
     """The ChildContext of the Python child running here, or None."""
     return _current.get()
 
@@ -487,7 +493,7 @@ class Event:
         self._json = None
 
     @property
-    def results(self):
+    def results(self) -> List[Result]:
         """The children's Results, in task order (index i at [i])."""
         if self._results is None:
             c = self._c
@@ -502,14 +508,14 @@ class Event:
         fn(self._c, buf, n + 1)
         return ffi.string(buf).decode("utf-8", "replace")
 
-    def format(self):
+    def format(self) -> str:
         """The consolidated "TASK i/n: goal (status=...)" text block
         (fanout_format), the one message to hand back to a model."""
         if self._text is None:
             self._text = self._render(lib.fanout_format)
         return self._text
 
-    def json(self):
+    def json(self) -> str:
         """The event as a JSON text (fanout_event_json)."""
         if self._json is None:
             self._json = self._render(lib.fanout_event_json)
@@ -575,16 +581,16 @@ class Handle:
     def __await__(self):
         return asyncio.shield(self._fut).__await__()
 
-    def done(self):
+    def done(self) -> bool:
         """True once the event is in (h.event, or await h)."""
         return self._fut.done()
 
     @property
-    def event(self):
+    def event(self) -> Optional[Event]:
         """The Event once it is in, else None."""
         return self._fut.result() if self._fut.done() else None
 
-    def cancel(self, interrupt=True, abandon=False):
+    def cancel(self, interrupt: bool = True, abandon: bool = False) -> bool:
         """Cancel the delegation: unstarted children are not run; with
         interrupt, running ones are interrupted (Python coroutines are
         cancelled); with abandon, pending Python children are reported
@@ -671,7 +677,7 @@ class Sink:
         self._queue = None if default else asyncio.Queue()
         self._fd = lib.fanout_sink_fd(csink)
 
-    def close(self):
+    def close(self) -> None:
         """Free the sink.  Events already in it are delivered first (their
         handles resolve, events() yields them, then ends).  BusyError while
         delegations still publish to it: wait for or cancel them first."""
@@ -712,10 +718,15 @@ class Engine:
     take up to one child's duration longer.
     """
 
-    def __init__(self, workers=None, max_async=256, max_children=None,
-                 max_tasks=None, max_depth=None, keep_completed=None,
-                 spin_ns=None, pin=True, threads=32,
-                 runners_on_demand=False):
+    def __init__(self, workers: Optional[int] = None,
+                 max_async: Optional[int] = 256,
+                 max_children: Optional[int] = None,
+                 max_tasks: Optional[int] = None,
+                 max_depth: Optional[int] = None,
+                 keep_completed: Optional[int] = None,
+                 spin_ns: Optional[int] = None, pin: bool = True,
+                 threads: Optional[int] = 32,
+                 runners_on_demand: bool = False) -> None:
         self._cfg = dict(workers=workers, max_async=max_async,
                          max_children=max_children, max_tasks=max_tasks,
                          max_depth=max_depth, keep_completed=keep_completed,
@@ -771,14 +782,14 @@ class Engine:
         self.late_starts = 0
 
     # -- lifetime
-    async def __aenter__(self):
+    async def __aenter__(self) -> Engine:
         self.open()
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 
-    def open(self):
+    def open(self) -> Engine:
         """Create the C engine on the running event loop (`async with`
         calls it); a no-op while open.  An engine closed by aclose()
         opens again, on whatever loop runs then."""
@@ -822,7 +833,7 @@ class Engine:
         self._idle.set()
         return self
 
-    async def aclose(self):
+    async def aclose(self) -> None:
         """Interrupt what still runs, wait for every accepted event and for
         every Python child to return, then free the engine.  Cancelling
         the caller does not cut this short: the engine still closes in
@@ -1099,8 +1110,11 @@ class Engine:
         raise TypeError(f"a C child's argument must be None, int, bytes, "
                         f"a Counter or a cffi pointer, not {type(a)}")
 
-    def dispatch(self, tasks, context=None, session_key=None, deadline=None,
-                 join="all", quorum=None, sink=None, _awaited=False):
+    def dispatch(self, tasks: Iterable[Task], context: Optional[str] = None,
+                 session_key: Optional[str] = None,
+                 deadline: Optional[float] = None, join: str = "all",
+                 quorum: Optional[int] = None, sink: Optional[Sink] = None,
+                 _awaited: bool = False) -> Handle:
         """Start a background delegation; returns a Handle at once.  Raises
         BusyError at max_async (the message names the limit), OSError for
         other refusals (nothing was started then).  Its event resolves the
@@ -1150,8 +1164,12 @@ class Engine:
             _test_point("dispatched", b)
         return Handle(self, idp[0], b.fut)
 
-    async def gather(self, tasks, context=None, session_key=None,
-                     deadline=None, join="all", quorum=None, sink=None):
+    async def gather(self, tasks: Iterable[Task],
+                     context: Optional[str] = None,
+                     session_key: Optional[str] = None,
+                     deadline: Optional[float] = None, join: str = "all",
+                     quorum: Optional[int] = None,
+                     sink: Optional[Sink] = None) -> Event:
         """dispatch() and await the one event, which goes to this caller
         only (not to events()).  Cancelling the awaiting task cancels the
         delegation (and, inside a child, it belongs to the child's cancel
@@ -1171,7 +1189,7 @@ class Engine:
                 _keep_as_context(cancelled, err)
             raise
 
-    async def delegate(self, tasks, **kw):
+    async def delegate(self, tasks: Iterable[Task], **kw: Any) -> Handle:
         """The orchestrator policy: from inside a child, run and wait
         (mode "inline"); at top level, dispatch in the background (mode
         "background"); when the async pool is full, run inline and say so
@@ -1320,11 +1338,13 @@ class Engine:
         finally:
             self._leave()
 
-    def cancel(self, id, interrupt=True, abandon=False):
+    def cancel(self, id: Union[int, str, Handle], interrupt: bool = True,
+               abandon: bool = False) -> bool:
         """Cancel a delegation by id ("deleg_..." or a Handle)."""
         return self._cancel(_parse_id(id), interrupt, abandon)
 
-    def cancel_session(self, session_key, interrupt=True, abandon=False):
+    def cancel_session(self, session_key: str, interrupt: bool = True,
+                       abandon: bool = False) -> int:
         """Cancel every running delegation of a session; returns how many."""
         if not hasattr(lib, "fanout_cancel_session"):
             raise NotImplementedError("fanout_cancel_session is missing "
@@ -1345,7 +1365,7 @@ class Engine:
             self._leave()
         return n[0]
 
-    def lookup(self, id):
+    def lookup(self, id: Union[int, str, Handle]) -> Info:
         """Info of one delegation (running, or finished and still kept);
         KeyError when unknown or pruned."""
         n = _parse_id(id)
@@ -1361,7 +1381,7 @@ class Engine:
             raise KeyError(id)
         return Info(info, lib.fanout_now_ns())
 
-    def list(self):
+    def list(self) -> List[Info]:
         """Running and recently finished delegations, newest first."""
         n = ffi.new("size_t *")
         cap = 64
@@ -1380,7 +1400,7 @@ class Engine:
         now = lib.fanout_now_ns()
         return [Info(infos[k], now) for k in range(n[0])]
 
-    def stats(self):
+    def stats(self) -> Dict[str, int]:
         """The engine's counters, as a dict (see struct fanout_stats)."""
         st = ffi.new("struct fanout_stats *")
         self._enter(live_ok=True)
@@ -1398,7 +1418,7 @@ class Engine:
         return out
 
     # -- sinks and events
-    def sink(self):
+    def sink(self) -> Sink:
         """A new Sink with its own eventfd, watched by the loop."""
         sp = ffi.new("struct fanout_sink **")
         self._enter()
@@ -1413,7 +1433,8 @@ class Engine:
         self._loop.add_reader(s._fd, self._drain_sink, s)
         return s
 
-    async def events(self, sink=None):
+    async def events(self, sink: Optional[Sink] = None
+                     ) -> AsyncIterator[Event]:
         """Yield the events of `sink` (default: the engine's) as they come;
         ends when the sink is closed or the engine closes."""
         if sink is not None and not isinstance(sink, Sink):
