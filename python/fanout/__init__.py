@@ -867,8 +867,10 @@ class Engine:
         waits for the loop, so the loop blocks only that long."""
         with self._lock:
             self._closing = True
-            if self._users and _test_point is not None:
-                _test_point("close_waits_users", self)
+            busy = self._users
+        if busy and _test_point is not None:  # (not under _lock)
+            _test_point("close_waits_users", self)
+        with self._lock:
             while self._users:
                 self._unused.wait()
 
