@@ -898,6 +898,18 @@ int fanout_nats_task(struct fanout_nats *n, const char *kind,
 	return 0;
 }
 
+/* Take @r, a task whose child never started, off its handle's list, and
+ * free it. */
+static void drop_unstarted(struct rchild *r)
+{
+	pthread_mutex_lock(&tbl_lock);
+	r->prev->next = r->next;
+	r->next->prev = r->prev;
+	atomic_fetch_sub(&r->n->held, 1);
+	pthread_mutex_unlock(&tbl_lock);
+	free(r);
+}
+
 void fanout_nats_task_discard(struct fanout_task *t)
 {
 	struct rchild *r;
@@ -905,12 +917,7 @@ void fanout_nats_task_discard(struct fanout_task *t)
 	if (!t || t->fn != child_fn || !t->arg)
 		return;
 	r = t->arg;
-	pthread_mutex_lock(&tbl_lock);
-	r->prev->next = r->next;
-	r->next->prev = r->prev;
-	atomic_fetch_sub(&r->n->held, 1);
-	pthread_mutex_unlock(&tbl_lock);
-	free(r);
+	drop_unstarted(r);
 	t->arg = NULL;
 }
 
@@ -927,12 +934,7 @@ static void task_skipped(void *arg)
 {
 	struct rchild *r = arg;
 
-	pthread_mutex_lock(&tbl_lock);
-	r->prev->next = r->next;
-	r->next->prev = r->prev;
-	atomic_fetch_sub(&r->n->held, 1);
-	pthread_mutex_unlock(&tbl_lock);
-	free(r);
+	drop_unstarted(r);
 }
 
 static void register_skip_hook(void)
