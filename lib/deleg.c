@@ -572,13 +572,16 @@ int fanout_delegate(struct fanout_engine *e, const struct fanout_batch *b,
 
 	if (!e || !b || !evp)
 		return e ? reject(e, -EINVAL) : -EINVAL;
-	*evp = NULL;
+	/* *evp is written only once the call is accepted: a refusal (fork,
+	 * bad batch, shutdown) leaves it as the caller had it. */
 	if (!fanout__current()) {
 		/* idp goes straight in: dispatch writes it before any child
 		 * can run, and not at all when it refuses. */
 		err = dispatch(e, b, idp, true);
-		if (!err)
+		if (!err) {
+			*evp = NULL;
 			return FANOUT_BACKGROUND;
+		}
 		if (err != -EBUSY)
 			return err;
 		/* The -EBUSY is answered inline, so dispatch() neither

@@ -292,8 +292,12 @@ static void X01_X03_fork_while_busy(void **state)
 		/* X01: the engine's calls. */
 		KID(fanout_dispatch(e, &b, &id) == -EOWNERDEAD);
 		KID(fanout_run(e, &b, &kev) == -EOWNERDEAD);
+		/* A sentinel: the refusal must leave *evp alone. */
+		kev = (struct fanout_event *)&info;
+		id = 4242;
 		KID(fanout_delegate(e, &b, &id, &kev) == -EOWNERDEAD);
-		KID(kev == NULL && id == 0);
+		KID(kev == (struct fanout_event *)&info && id == 4242);
+		kev = NULL;
 		KID(fanout_cancel(e, ids[0], FANOUT_CANCEL_INTERRUPT) ==
 		    -EOWNERDEAD);
 		KID(fanout_lookup(e, ids[0], &info) == -EOWNERDEAD);

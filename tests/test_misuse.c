@@ -408,20 +408,22 @@ static void all_refuse(struct fanout_engine *e, const struct fanout_batch *b,
 		       int want, atomic_int *ran)
 {
 	struct snap s = snap_of(e);
-	struct fanout_event *ev = NULL;
-	fanout_id id = 0;
+	/* Sentinels, not NULL/0: a refusal must leave the outputs alone. */
+	struct fanout_event sentinel, *ev = &sentinel;
+	fanout_id id = 777;
 
 	assert_int_equal(fanout_dispatch(e, b, &id), want);
 	refused_cleanly(e, &s, 1, ran);
+	assert_true(id == 777);
 	s = snap_of(e);
 	assert_int_equal(fanout_run(e, b, &ev), want);
-	assert_null(ev);
+	assert_ptr_equal(ev, &sentinel);
 	refused_cleanly(e, &s, 1, ran);
 	s = snap_of(e);
 	assert_int_equal(fanout_delegate(e, b, &id, &ev), want);
-	assert_null(ev);
+	assert_ptr_equal(ev, &sentinel);
 	refused_cleanly(e, &s, 1, ran);
-	assert_true(id == 0);
+	assert_true(id == 777);
 }
 
 static void D02_null_batch(void **state)
