@@ -842,8 +842,12 @@ FANOUT_API int fanout_cancel(struct fanout_engine *e, fanout_id id,
  * @session_key: the fanout_batch.session_key to match (strcmp).
  * @how:         as for fanout_cancel().
  * @n:           receives how many delegations this call cancelled (may be
- *               NULL).
+ *               NULL): those still running to which it added a
+ *               FANOUT_CANCEL_* bit they did not have.
  *
+ * A delegation already cancelled with the same @how (by an earlier call, a
+ * deadline, shutdown, ...) is not counted again; one cancelled with
+ * FANOUT_CANCEL_PENDING and now with FANOUT_CANCEL_INTERRUPT is.
  * Delegations of that session that finish meanwhile are not counted; ones
  * dispatched after the call started may or may not be cancelled.
  * Context: never blocks (RCU read side); cost proportional to the records

@@ -423,6 +423,7 @@ bool fanout__run_own(struct record *rec);
 bool fanout__help_step(struct fanout_engine *e, bool (*more)(void *),
 		       void *arg);
 int fanout__cancel_rec(struct record *rec, unsigned how);
+int fanout__cancel_rec_new(struct record *rec, unsigned how, bool *fresh);
 void fanout__join_sub(struct record *rec, uint32_t n);
 void fanout__after_child(struct record *rec, enum fanout_status st);
 enum fanout_status fanout__set_outcome(struct record *rec, unsigned i,

@@ -1216,6 +1216,16 @@ static unsigned claim_rest(struct record *rec, uint32_t cancel)
  */
 int fanout__cancel_rec(struct record *rec, unsigned how)
 {
+	return fanout__cancel_rec_new(rec, how, NULL);
+}
+
+/*
+ * fanout__cancel_rec(), and *@fresh (if not NULL, on 0) tells whether this
+ * call added a FANOUT_CANCEL_* bit the record did not have yet: what
+ * fanout_cancel_session() counts as "cancelled by this call".
+ */
+int fanout__cancel_rec_new(struct record *rec, unsigned how, bool *fresh)
+{
 	uint32_t bits = how & ~(CANCEL_HOW_MASK | CANCEL_FINAL);
 	uint32_t old;
 
@@ -1238,6 +1248,8 @@ int fanout__cancel_rec(struct record *rec, unsigned how)
 				       memory_order_seq_cst);
 	if (old & CANCEL_FINAL)
 		return -EALREADY; /* the finaliser already read the bits */
+	if (fresh)
+		*fresh = (bits & CANCEL_HOW_MASK & ~old) != 0;
 	/* What was asked (not the PENDING that INTERRUPT implies) and by
 	 * whom: README's "cancel" row. */
 	FANOUT_PROBE_CANCEL(rec->id, how & CANCEL_HOW_MASK,

@@ -176,9 +176,13 @@ struct session_scan {
 static void cancel_session_rec(struct record *rec, void *arg)
 {
 	struct session_scan *s = arg;
+	bool fresh = false;
 
+	/* Counted only when this call added a cancel bit: a delegation an
+	 * earlier call (or a deadline, shutdown, ...) already cancelled the
+	 * same way still runs, but this call did not cancel it. */
 	if (rec->session_key && strcmp(rec->session_key, s->key) == 0 &&
-	    fanout__cancel_rec(rec, s->how) == 0)
+	    fanout__cancel_rec_new(rec, s->how, &fresh) == 0 && fresh)
 		s->n++;
 }
 

@@ -638,6 +638,11 @@ static void cancel_session_counts_and_scope(void **state)
 	assert_int_equal(
 		fanout_cancel_session(e, "b", FANOUT_CANCEL_PENDING, &n), 0);
 	assert_int_equal(n, 2);
+	/* the same again: both still run, but this call cancels neither */
+	n = 99;
+	assert_int_equal(
+		fanout_cancel_session(e, "b", FANOUT_CANCEL_PENDING, &n), 0);
+	assert_int_equal(n, 0);
 	for (unsigned k = 0; k < N; k++) {
 		bool a = keys[k] && !strcmp(keys[k], "a");
 		int rc = dc_complete(&mb[k]->d[0]);
