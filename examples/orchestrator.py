@@ -55,6 +55,8 @@ async def deep_dive(eng, topic):
         fanout.Task(f"{topic}: failure modes", subagent, "failures", 0.08),
     ])
     ev = d.event
+    assert d.mode == "inline", d.mode  # from inside a child: synchronous
+    assert ev.status == "completed" and len(ev.results) == 2, ev.format()
     return (f"{topic}: merged {len(ev.results)} sub-reports "
             f"(delegated {d.mode}, {ev.status})")
 
@@ -64,6 +66,9 @@ async def slow_subagent(topic):
     return topic
 
 
+statuses = {}  # session -> the status of each event deliver() saw
+
+
 async def deliver(eng, conversations):
     """Every consolidated event goes back into its session as ONE message,
     and the model answers it."""
@@ -71,6 +76,7 @@ async def deliver(eng, conversations):
         session = ev.session_key
         say(session, "fanout", ev.format())
         conversations[session].append(ev.format())
+        statuses.setdefault(session, []).append(ev.status)
         if ev.status == "completed":
             say(session, "assistant", await fake_llm(ev.format()))
         else:
@@ -100,6 +106,7 @@ async def main():
         say("chat-1", "user", "Meanwhile: what is 2 + 2?")
         say("chat-1", "assistant", await fake_llm("2 + 2"))
 
+        assert h.mode == "background", h.mode
         await h  # chat-1's results re-enter its conversation (deliver())
         await asyncio.sleep(0.1)
 
@@ -116,11 +123,14 @@ async def main():
                                 f"inline ({d.mode}): "
                                 f"{d.message[d.message.rfind('['):]}")
         say("chat-2", "fanout", d.event.format())
+        assert d.mode == "inline_full", d.mode
+        assert d.event.status == "completed", d.event.format()
 
         # /stop in chat-2 cancels its running audits.
         say("chat-2", "user", "/stop")
         n = eng.cancel_session("chat-2")
         say("chat-2", "assistant", f"Stopped {n} running delegations.")
+        assert n == 2, n
         while any(i.status == "running" for i in eng.list()):
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.05)
@@ -131,6 +141,16 @@ async def main():
           f"{st['cancelled']} cancelled; chat-1 got "
           f"{len(conversations['chat-1'])} consolidated message(s), chat-2 "
           f"{len(conversations['chat-2'])}")
+    # What the run above must have shown (`make test` runs this example
+    # and fails when any of these does not hold).
+    assert statuses == {"chat-1": ["completed"],
+                        "chat-2": ["interrupted", "interrupted"]}, statuses
+    assert "TASK 3/3: deep dive: TTLs (status=completed" in \
+        conversations["chat-1"][0], conversations["chat-1"][0]
+    assert "merged 2 sub-reports (delegated inline, completed)" in \
+        conversations["chat-1"][0], conversations["chat-1"][0]
+    assert st["cancelled"] == 2, st
+    print("orchestrator: all checks passed")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Install the Python package the way a user does (pip install ./python,
-# offline) into a throwaway venv, and run its suite.
+# offline) into a throwaway venv, and run its suite, then
+# examples/orchestrator.py (which asserts its own results) against it.
 # Usage: scripts/python-test.sh [PYTHON]
 #
 # The interpreter: $1, else $PYTHON, else the first of `python3` on PATH and
@@ -39,5 +40,20 @@ mkdir -p "$out"
 	echo "0 1" > "$out/test-counts"
 	exit 1
 }
-cd "$out" && timeout -k 5 600 "$out/venv/bin/python" "$here/python/tests/run.py" \
+cd "$out" || exit 1
+timeout -k 5 600 "$out/venv/bin/python" "$here/python/tests/run.py" \
 	"$out/test-counts"
+rc=$?
+# The orchestrator example against the installed package: it asserts what
+# it prints and exits non-zero when any check fails; counted as one test.
+if timeout -k 5 120 "$out/venv/bin/python" "$here/examples/orchestrator.py" \
+	>"$out/orchestrator.out" 2>&1; then
+	echo "python: examples/orchestrator.py ok"
+	read -r p f <"$out/test-counts" && echo "$((p + 1)) $f" >"$out/test-counts"
+else
+	cat "$out/orchestrator.out"
+	echo "python: examples/orchestrator.py FAILED"
+	read -r p f <"$out/test-counts" && echo "$p $((f + 1))" >"$out/test-counts"
+	rc=1
+fi
+exit $rc
