@@ -1312,9 +1312,21 @@ class Engine:
 
     @staticmethod
     def _release_parent(b):
-        """The inline run b is over: the child it hangs from may end."""
+        """The inline run b is over: the child it hangs from may end.
+        That child may be another engine's, on another thread's loop (a
+        child that delegated to this engine from there): its count and
+        its held completion belong to its engine's loop, so hand them
+        over there."""
         par = b.parent
         if par is not None:
+            eng = par.engine
+            if eng._loop is not None and \
+                    threading.get_ident() != eng._loop_thread:
+                try:
+                    eng._loop.call_soon_threadsafe(Engine._release_parent, b)
+                except RuntimeError:
+                    pass  # its loop is closed: that engine was never closed
+                return
             par.runs -= 1
             if not par.runs and par.held is not None:
                 held, par.held = par.held, None

@@ -2091,3 +2091,85 @@ class TestApi(Base):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestCrossLoop(Base):
+    """Two engines, each on its own thread's event loop."""
+
+    async def test_held_parent_finishes_on_its_own_engines_loop(self):
+        # A child of engine A (this loop) delegates, through
+        # run_coroutine_threadsafe, to engine B on another thread's loop,
+        # whose pool is full: an inline run of B hanging from A's child.
+        # A's child returns meanwhile, so its completion is held until
+        # B's run returns.  B's loop then finished A's child itself (A's
+        # _complete, A's dicts and asyncio.Event) on B's loop thread.
+        # Now it hands the completion to A's loop.
+        a = await self.engine()
+        a_thread = threading.get_ident()
+        loop_b = asyncio.new_event_loop()
+        b_ready = threading.Event()
+        release = threading.Event()
+
+        def full_b():
+            release.wait(LONG)
+            return "full"
+
+        engines = {}
+
+        def b_main():
+            asyncio.set_event_loop(loop_b)
+
+            async def open_b():
+                engines["b"] = fanout.Engine(workers=2, pin=False,
+                                             max_async=1)
+                engines["b"].open()
+                # B's async pool is full: A's child's delegate() to B
+                # runs inline (_run_inline), hanging from A's child.
+                engines["b"].dispatch([fanout.Task("full", full_b)])
+            loop_b.run_until_complete(open_b())
+            b_ready.set()
+            loop_b.run_forever()
+
+        tb = threading.Thread(target=b_main)
+        tb.start()
+
+        def stop_b():
+            release.set()
+
+            async def close_b():
+                await engines["b"].aclose()
+            asyncio.run_coroutine_threadsafe(close_b(), loop_b).result(LONG)
+            loop_b.call_soon_threadsafe(loop_b.stop)
+            tb.join(LONG)
+            loop_b.close()
+        self.addCleanup(stop_b)
+        self.assertTrue(b_ready.wait(LONG))
+        inner_started = threading.Event()
+        held = threading.Event()
+        completed_on = []
+
+        def tp(name, c):
+            if name == "complete_held":
+                held.set()
+            elif name == "completed" and c.engine is a:
+                completed_on.append(threading.get_ident())
+
+        self.set_test_point(tp)
+
+        def inner():
+            inner_started.set()
+            release.wait(LONG)
+            return "inner"
+
+        async def parent():
+            asyncio.run_coroutine_threadsafe(
+                engines["b"].delegate([fanout.Task("inner", inner)]), loop_b)
+            await self.wait_thread_event(inner_started)
+            return "parent"  # while B's run still hangs from this child
+
+        h = a.dispatch([fanout.Task("p", parent)])
+        await self.wait_thread_event(held)
+        release.set()
+        ev = await asyncio.wait_for(h, LONG)
+        self.assertEqual(ev.results[0].status, "completed")
+        self.assertEqual(completed_on, [a_thread])
