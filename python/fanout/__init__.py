@@ -1359,7 +1359,9 @@ class Engine:
 
     def cancel_session(self, session_key: str, interrupt: bool = True,
                        abandon: bool = False) -> int:
-        """Cancel every running delegation of a session; returns how many."""
+        """Cancel every running delegation of a session; returns how many
+        this call cancelled (one already cancelled the same way is not
+        counted again)."""
         if not hasattr(lib, "fanout_cancel_session"):
             raise NotImplementedError("fanout_cancel_session is missing "
                                       "from this build of the library")
